@@ -1,0 +1,58 @@
+import type { FastifyInstance } from 'fastify';
+import { checkProject, resourceName } from '../src/broker/names.ts';
+import type { PageRequest } from '../src/broker/pagination.ts';
+import { parseBody } from '../src/schemas/common.ts';
+import {
+  acknowledgeBodySchema,
+  modifyAckDeadlineBodySchema,
+  pullBodySchema,
+} from '../src/schemas/subscriptions.ts';
+import { SUBSCRIPTION_PATH, type RouteOptions } from './index.ts';
+
+interface SubscriptionParams {
+  project: string;
+  subscription: string;
+}
+
+export async function subscriptionRoutes(app: FastifyInstance, { broker }: RouteOptions): Promise<void> {
+  const subscriptionName = (params: SubscriptionParams) =>
+    resourceName('subscriptions', params.project, params.subscription);
+
+  app.put<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
+    broker.subscriptions.create(subscriptionName(request.params), request.body),
+  );
+  app.get<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
+    broker.subscriptions.get(subscriptionName(request.params)),
+  );
+  app.patch<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
+    broker.subscriptions.update(subscriptionName(request.params), request.body),
+  );
+  app.delete<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, async (request) => {
+    await broker.subscriptions.delete(subscriptionName(request.params));
+    return {};
+  });
+  app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/subscriptions', (request) =>
+    broker.subscriptions.list(checkProject(request.params.project), request.query),
+  );
+
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::pull`, (request, reply) => {
+    const name = subscriptionName(request.params);
+    const body = parseBody(pullBodySchema, request.body, 'pull request');
+    // A long poll stops waiting when the client goes away.
+    const clientGone = new AbortController();
+    reply.raw.on('close', () => clientGone.abort());
+    return broker.delivery.pull(name, body.maxMessages, body.returnImmediately === true, clientGone.signal);
+  });
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::acknowledge`, async (request) => {
+    const name = subscriptionName(request.params);
+    const body = parseBody(acknowledgeBodySchema, request.body, 'acknowledge request');
+    await broker.delivery.acknowledge(name, body.ackIds);
+    return {};
+  });
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyAckDeadline`, async (request) => {
+    const name = subscriptionName(request.params);
+    const body = parseBody(modifyAckDeadlineBodySchema, request.body, 'modifyAckDeadline request');
+    await broker.delivery.modifyAckDeadline(name, body.ackIds, body.ackDeadlineSeconds);
+    return {};
+  });
+}

@@ -1,0 +1,138 @@
+import { randomBytes } from 'node:crypto';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { registerRoutes } from '../routes/index.ts';
+import { ackIdCodecLoader } from './broker/ack-id.ts';
+import { redisClock, type Clock } from './broker/clock.ts';
+import type { BrokerContext } from './broker/context.ts';
+import { DeliveryService } from './broker/delivery.ts';
+import { SubscriptionService } from './broker/subscriptions.ts';
+import { TopicService } from './broker/topics.ts';
+import { Wakeups } from './broker/wakeups.ts';
+import { ApiError, invalidArgument, unavailable } from './errors.ts';
+import { Keys } from './redis/keys.ts';
+import { Scripts, type RedisClient } from './redis/scripts.ts';
+
+export interface AppOptions {
+  /** Commands go here. The app never closes it: whoever made it owns it. */
+  redis: RedisClient;
+  /** A second connection for wake-up notifications; made with `redis.duplicate()` if absent. */
+  subscriber?: RedisClient;
+  keyPrefix?: string;
+  clock?: Clock;
+  /** Upper bound of a long-polling pull (`returnImmediately: false`), in milliseconds. */
+  pullWaitMs?: number;
+  logger?: FastifyServerOptions['logger'];
+}
+
+export interface Broker {
+  ctx: BrokerContext;
+  topics: TopicService;
+  subscriptions: SubscriptionService;
+  delivery: DeliveryService;
+}
+
+export interface RegisteredRoute {
+  method: string;
+  url: string;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    broker: Broker;
+    routeList: RegisteredRoute[];
+  }
+}
+
+/** Request bodies up to 1 MiB, except publish (10 MB of data travels base64-encoded). */
+export const DEFAULT_BODY_LIMIT = 1024 * 1024;
+export const PUBLISH_BODY_LIMIT = 16 * 1024 * 1024;
+
+/** Builds the HTTP app. It never listens: src/server.ts does. */
+export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: DEFAULT_BODY_LIMIT, return503OnClosing: true });
+  const keys = new Keys(options.keyPrefix ?? 'ps');
+  const ctx: BrokerContext = {
+    redis: options.redis,
+    keys,
+    scripts: new Scripts(options.redis),
+    clock: options.clock ?? redisClock,
+  };
+  const subscriber = options.subscriber ?? options.redis.duplicate();
+  const wakeups = new Wakeups(subscriber);
+  const topics = new TopicService(ctx);
+  const subscriptions = new SubscriptionService(ctx, topics);
+  const delivery = new DeliveryService(ctx, topics, subscriptions, {
+    ackIds: ackIdCodecLoader(async () => {
+      await options.redis.set(keys.ackSecret, randomBytes(32).toString('hex'), 'NX');
+      const secret = await options.redis.get(keys.ackSecret);
+      if (!secret) throw new Error('the ack ID secret vanished from Redis');
+      return Buffer.from(secret, 'hex');
+    }),
+    wakeups,
+    pullWaitMs: options.pullWaitMs ?? 20_000,
+  });
+  app.decorate('broker', { ctx, topics, subscriptions, delivery });
+
+  const routeList: RegisteredRoute[] = [];
+  app.decorate('routeList', routeList);
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) {
+      if (method !== 'HEAD') routeList.push({ method, url: route.url });
+    }
+  });
+
+  acceptJsonBodies(app);
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const apiError = toApiError(error, ctx.redis);
+    if (apiError.httpStatus >= 500) request.log.error({ err: error }, 'request failed');
+    return reply.code(apiError.httpStatus).send(apiError.toEnvelope());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const error = new ApiError('NOT_FOUND', `No such method or resource: ${request.method} ${request.url.split('?')[0]}`);
+    return reply.code(404).send(error.toEnvelope());
+  });
+
+  app.addHook('onClose', async () => {
+    delivery.close();
+    await wakeups.close();
+    if (!options.subscriber) subscriber.disconnect();
+  });
+
+  await app.register(registerRoutes, { broker: app.broker });
+  return app;
+}
+
+/**
+ * Every body is read as JSON whatever its content type (curl -d sends form encoding), and an
+ * empty body counts as `{}`: official clients send `content-type: application/json` with no
+ * body on GET and DELETE.
+ */
+function acceptJsonBodies(app: FastifyInstance): void {
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'string' }, (request, body, done) => {
+    if (typeof body !== 'string' || body.trim() === '') return done(null, {});
+    parseJson(request, body, (error, parsed) => {
+      if (error) return done(invalidArgument(`Invalid JSON payload received. ${error.message}`), undefined);
+      done(null, parsed);
+    });
+  });
+}
+
+const TRANSIENT_REDIS_ERROR =
+  /Connection is closed|Stream isn't writeable|Command timed out|ECONNREFUSED|ECONNRESET|EPIPE|LOADING|BUSY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|None of startup nodes|Failed to refresh slots cache|Reached the max retries/;
+
+/** Maps any thrown value to the Pub/Sub error the client sees. Internal details are never echoed. */
+export function toApiError(error: unknown, redis: RedisClient): ApiError {
+  if (error instanceof ApiError) return error;
+  const fastifyError = error as FastifyError;
+  if (fastifyError.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return invalidArgument('Request payload size exceeds the limit.');
+  }
+  if (fastifyError.code?.startsWith('FST_ERR_CTP') || fastifyError.code === 'FST_ERR_VALIDATION') {
+    return invalidArgument(fastifyError.message);
+  }
+  const message = error instanceof Error ? `${error.name} ${error.message}` : String(error);
+  if (redis.status !== 'ready' || TRANSIENT_REDIS_ERROR.test(message)) return unavailable();
+  return new ApiError('INTERNAL', 'Internal error encountered.');
+}

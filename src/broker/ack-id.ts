@@ -1,0 +1,60 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
+/**
+ * Ack IDs name one delivery: subscription uid, message sequence and delivery generation,
+ * sealed with an HMAC under a secret every broker node shares (kept in Redis). They are
+ * opaque to clients, cannot be forged to reach another subscription or delivery, and a
+ * stale one never matches a newer delivery because the generation differs.
+ *
+ *   <subscriptionUid>-<seq base36>-<generation base36>-<mac: 16 bytes, base64url>
+ */
+export interface Delivery {
+  subscriptionUid: string;
+  seq: string;
+  generation: number;
+}
+
+const ACK_ID = /^([0-9a-f]{16})-([0-9a-z]{1,13})-([0-9a-z]{1,10})-([A-Za-z0-9_-]{22})$/;
+const MAC_BYTES = 16;
+const MAC_TEXT_LENGTH = 22; // base64url of 16 bytes
+
+export class AckIdCodec {
+  constructor(private readonly secret: Buffer) {}
+
+  encode(delivery: Delivery): string {
+    const body = `${delivery.subscriptionUid}-${Number(delivery.seq).toString(36)}-${delivery.generation.toString(36)}`;
+    return `${body}-${this.mac(body).toString('base64url')}`;
+  }
+
+  /** Returns the delivery, or undefined for anything malformed or not sealed by us. */
+  decode(ackId: string): Delivery | undefined {
+    const match = ACK_ID.exec(ackId);
+    if (!match) return undefined;
+    const body = ackId.slice(0, -(MAC_TEXT_LENGTH + 1));
+    const given = Buffer.from(match[4], 'base64url');
+    if (given.length !== MAC_BYTES || !timingSafeEqual(given, this.mac(body))) return undefined;
+    return { subscriptionUid: match[1], seq: String(parseInt(match[2], 36)), generation: parseInt(match[3], 36) };
+  }
+
+  private mac(body: string): Buffer {
+    return createHmac('sha256', this.secret).update(body).digest().subarray(0, MAC_BYTES);
+  }
+}
+
+/**
+ * The shared secret: created once per deployment (SET NX), then read by every node. Loaded on
+ * first use so that building the app never needs Redis; a failed load is retried next time.
+ */
+export function ackIdCodecLoader(load: () => Promise<Buffer>): () => Promise<AckIdCodec> {
+  let codec: Promise<AckIdCodec> | undefined;
+  return () => {
+    codec ??= load().then(
+      (secret) => new AckIdCodec(secret),
+      (error: unknown) => {
+        codec = undefined;
+        throw error;
+      },
+    );
+    return codec;
+  };
+}

@@ -1,0 +1,293 @@
+import { ApiError, exactlyOnceAckFailure, invalidArgument, notFound, type AckFailureCode } from '../errors.ts';
+import type { PubsubMessageBody } from '../schemas/messages.ts';
+import { AckIdCodec, type Delivery } from './ack-id.ts';
+import type { BrokerContext } from './context.ts';
+import { formatTimestampUs } from './durations.ts';
+import { packMessage, unpackMessage } from './message-codec.ts';
+import type { ResourceName } from './names.ts';
+import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
+import type { TopicService } from './topics.ts';
+import type { Wakeups } from './wakeups.ts';
+
+export const MAX_PULL_MESSAGES = 1000;
+export const MAX_PUBLISH_MESSAGES = 1000;
+export const MAX_PUBLISH_BYTES = 10_000_000;
+const MAX_ATTRIBUTES = 100;
+const MAX_ATTRIBUTE_KEY_BYTES = 256;
+const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
+const MAX_ORDERING_KEY_BYTES = 1024;
+const STANDARD_BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+const URL_SAFE_BASE64 = /^[A-Za-z0-9_-]*$/;
+
+export interface ReceivedMessage {
+  ackId: string;
+  message: {
+    data?: string;
+    attributes?: Record<string, string>;
+    messageId: string;
+    publishTime: string;
+    orderingKey?: string;
+  };
+}
+
+interface Attachments {
+  version: string;
+  subscriptionUids: string[];
+}
+
+export interface DeliveryOptions {
+  /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
+  ackIds: () => Promise<AckIdCodec>;
+  wakeups: Wakeups;
+  /** Upper bound of a long-polling pull, in milliseconds. */
+  pullWaitMs: number;
+}
+
+/** Publishing and the pull/ack/modack cycle, each state change one script. */
+export class DeliveryService {
+  /** Per topic incarnation: the attached subscriptions this node last read (checked by publish). */
+  private readonly attachments = new Map<string, Attachments>();
+  private closing = false;
+
+  constructor(
+    private readonly ctx: BrokerContext,
+    private readonly topics: TopicService,
+    private readonly subscriptions: SubscriptionService,
+    private readonly options: DeliveryOptions,
+  ) {}
+
+  /** Stops long polls from waiting (graceful shutdown). */
+  close(): void {
+    this.closing = true;
+  }
+
+  async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
+    const bodies = checkPublishRequest(messages);
+    const { record } = await this.topics.read(topicName);
+    const data = this.ctx.keys.topicData(record.uid);
+    const wakeChannel = this.ctx.keys.wakeChannel(record.uid);
+    for (;;) {
+      const attachments = this.attachments.get(record.uid) ?? (await this.readAttachments(record.uid));
+      const readyLists = attachments.subscriptionUids.map((uid) => data.subscription(uid).ready);
+      const result = (await this.ctx.scripts.run(
+        'publish',
+        [data.state, data.messages, data.refs, ...readyLists],
+        [this.ctx.clock.scriptTime(), attachments.version, wakeChannel, ...bodies],
+      )) as number[];
+      if (result[0] === -1) throw notFound(topicName.id);
+      if (result[0] === -2) {
+        this.attachments.delete(record.uid);
+        continue;
+      }
+      const firstSeq = result[1];
+      return { messageIds: bodies.map((_, i) => String(firstSeq + i)) };
+    }
+  }
+
+  async pull(name: ResourceName, maxMessages: number, returnImmediately: boolean, cancelled: AbortSignal) {
+    const { record } = await this.subscriptions.read(name);
+    const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
+    const giveUpAt = Date.now() + (returnImmediately ? 0 : this.options.pullWaitMs);
+    for (;;) {
+      const waiter = returnImmediately || this.closing ? undefined : await this.armWaiter(record.topicUid);
+      try {
+        const { received, nextDueUs } = await this.pullOnce(name, record, max);
+        const remainingMs = giveUpAt - Date.now();
+        if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
+          return received.length > 0 ? { receivedMessages: received } : {};
+        }
+        // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
+        const sleepMs = nextDueUs === undefined ? remainingMs : Math.min(remainingMs, Math.ceil(nextDueUs / 1000) + 1);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, sleepMs);
+          const stop = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+          waiter.woken.then(stop);
+          cancelled.addEventListener('abort', stop, { once: true });
+        });
+        if (cancelled.aborted) return {};
+      } finally {
+        waiter?.cancel();
+      }
+    }
+  }
+
+  async acknowledge(name: ResourceName, ackIds: string[]): Promise<void> {
+    const { record } = await this.subscriptions.read(name);
+    const data = this.ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    await this.applyToDeliveries(name, record, ackIds, (members) =>
+      this.ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [
+        this.ctx.clock.scriptTime(),
+        ...members,
+      ]),
+    );
+  }
+
+  async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
+    const { record } = await this.subscriptions.read(name);
+    const sub = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
+    await this.applyToDeliveries(name, record, ackIds, (members) =>
+      this.ctx.scripts.run('modify-ack-deadline', [sub.config, sub.leased, sub.ready], [
+        this.ctx.clock.scriptTime(),
+        seconds,
+        this.ctx.keys.wakeChannel(record.topicUid),
+        ...members,
+      ]),
+    );
+  }
+
+  private async pullOnce(name: ResourceName, record: SubscriptionRecord, max: number) {
+    const data = this.ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    const reply = (await this.ctx.scripts.runBuffers(
+      'pull',
+      [sub.config, sub.ready, sub.leased, data.messages, data.refs],
+      [this.ctx.clock.scriptTime(), max],
+    )) as [number, Buffer | number, ...(Buffer | number)[]];
+    if (reply[0] === -1) throw notFound(name.id);
+    const codec = await this.options.ackIds();
+    const received: ReceivedMessage[] = [];
+    for (let i = 2; i < reply.length; i += 3) {
+      const seq = reply[i].toString();
+      const generation = Number(reply[i + 1]);
+      const stored = unpackMessage(reply[i + 2] as Buffer);
+      const message: ReceivedMessage['message'] = { messageId: seq, publishTime: formatTimestampUs(stored.publishTimeUs) };
+      if (stored.data.length > 0) message.data = stored.data.toString('base64');
+      if (stored.attributes) message.attributes = stored.attributes;
+      if (stored.orderingKey) message.orderingKey = stored.orderingKey;
+      received.push({ ackId: codec.encode({ subscriptionUid: record.uid, seq, generation }), message });
+    }
+    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
+    return { received, nextDueUs };
+  }
+
+  /**
+   * Decodes ack IDs, runs one script over the distinct deliveries, and reports failures the
+   * way Pub/Sub does: exactly-once subscriptions get per-ack-ID results (the valid ones still
+   * take effect); others ignore stale IDs but refuse malformed ones before changing anything.
+   */
+  private async applyToDeliveries(
+    name: ResourceName,
+    record: SubscriptionRecord,
+    ackIds: string[],
+    apply: (members: string[]) => Promise<unknown>,
+  ): Promise<void> {
+    const exactlyOnce = record.enableExactlyOnceDelivery === true;
+    const codec = await this.options.ackIds();
+    const failures = new Map<string, AckFailureCode>();
+    const memberOf = new Map<string, string>();
+    for (const ackId of ackIds) {
+      const delivery = codec.decode(ackId);
+      if (delivery && delivery.subscriptionUid === record.uid) memberOf.set(ackId, leaseMember(delivery));
+      else if (exactlyOnce) failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${name.full}.`);
+    }
+    const members = [...new Set(memberOf.values())];
+    if (members.length > 0) {
+      let codes: number[];
+      try {
+        codes = (await apply(members)) as number[];
+      } catch (error) {
+        if (!exactlyOnce) throw error;
+        for (const ackId of memberOf.keys()) failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
+        throw exactlyOnceAckFailure(failures);
+      }
+      if (codes[0] === -1) throw notFound(name.id);
+      const succeeded = new Set(members.filter((_, i) => codes[i] === 1));
+      if (exactlyOnce) {
+        for (const [ackId, member] of memberOf) {
+          if (!succeeded.has(member)) failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+        }
+      }
+    }
+    if (failures.size > 0) throw exactlyOnceAckFailure(failures);
+  }
+
+  private async readAttachments(topicUid: string): Promise<Attachments> {
+    const data = this.ctx.keys.topicData(topicUid);
+    const [version, subscriptionUids] = await Promise.all([
+      this.ctx.redis.hget(data.state, 'attachVersion'),
+      this.ctx.redis.smembers(data.attached),
+    ]);
+    // The version read may be newer than the set (two round trips): publish then fails its
+    // version check and this is read again, so a stale pair is never used to publish.
+    const attachments = { version: version ?? '0', subscriptionUids };
+    this.attachments.set(topicUid, attachments);
+    return attachments;
+  }
+
+  private async armWaiter(topicUid: string) {
+    try {
+      return await this.options.wakeups.arm(this.ctx.keys.wakeChannel(topicUid));
+    } catch {
+      return undefined; // Without a wake-up channel the pull answers at once; clients pull again.
+    }
+  }
+}
+
+const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
+
+/** Validates a publish request (reference §3) and packs the message bodies for storage. */
+function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
+  if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
+  if (messages.length > MAX_PUBLISH_MESSAGES) {
+    throw invalidArgument(`The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`);
+  }
+  const orderingKeys = new Set(messages.map((message) => message.orderingKey ?? ''));
+  if (orderingKeys.size > 1) {
+    throw new ApiError(
+      'FAILED_PRECONDITION',
+      'In a single publish request, all messages must have no ordering key or they must all have the same ordering key.',
+    );
+  }
+  let totalBytes = 0;
+  const bodies = messages.map((message, index) => {
+    const data = decodeData(message.data ?? '', index);
+    const attributes = message.attributes ?? {};
+    const attributeNames = Object.keys(attributes);
+    if (data.length === 0 && attributeNames.length === 0) {
+      throw invalidArgument(
+        'One or more messages in the publish request is empty. Each message must contain either non-empty data, or at least one attribute.',
+      );
+    }
+    if (attributeNames.length > MAX_ATTRIBUTES) {
+      throw invalidArgument(`Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`);
+    }
+    totalBytes += data.length;
+    for (const key of attributeNames) {
+      const keyBytes = Buffer.byteLength(key);
+      const valueBytes = Buffer.byteLength(attributes[key]);
+      if (keyBytes === 0 || keyBytes > MAX_ATTRIBUTE_KEY_BYTES) {
+        throw invalidArgument(`Message ${index}: attribute keys must be 1 to ${MAX_ATTRIBUTE_KEY_BYTES} bytes long.`);
+      }
+      if (valueBytes > MAX_ATTRIBUTE_VALUE_BYTES) {
+        throw invalidArgument(`Message ${index}: the value of attribute "${key}" exceeds ${MAX_ATTRIBUTE_VALUE_BYTES} bytes.`);
+      }
+      if (key.startsWith('goog')) {
+        throw invalidArgument(`Message ${index}: attribute key "${key}" uses the reserved prefix "goog".`);
+      }
+      totalBytes += keyBytes + valueBytes;
+    }
+    const orderingKey = message.orderingKey ?? '';
+    if (Buffer.byteLength(orderingKey) > MAX_ORDERING_KEY_BYTES) {
+      throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
+    }
+    totalBytes += Buffer.byteLength(orderingKey);
+    return packMessage(data, attributes, orderingKey);
+  });
+  if (totalBytes > MAX_PUBLISH_BYTES) {
+    throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
+  }
+  return bodies;
+}
+
+function decodeData(data: string, index: number): Buffer {
+  const urlSafe = URL_SAFE_BASE64.test(data) && data.length % 4 !== 1;
+  if (!STANDARD_BASE64.test(data) && !urlSafe) {
+    throw invalidArgument(`Message ${index}: "data" is not valid base64.`);
+  }
+  return Buffer.from(data, 'base64');
+}

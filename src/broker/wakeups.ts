@@ -1,0 +1,74 @@
+import type { RedisClient } from '../redis/scripts.ts';
+
+/**
+ * Wakes long-polling pulls when a topic gets messages (publish, or a nack that makes one
+ * available again). The scripts PUBLISH on the topic's wake channel; this node keeps one
+ * subscriber connection and listens only to channels that have waiters. Waiters arm before
+ * they look for messages, so a publish between the look and the wait is never missed.
+ */
+export interface Waiter {
+  /** Resolves on the next wake-up on the channel, or when the waiter is cancelled. */
+  readonly woken: Promise<void>;
+  cancel(): void;
+}
+
+export class Wakeups {
+  private readonly waiters = new Map<string, Set<() => void>>();
+  private closed = false;
+
+  constructor(private readonly subscriber: RedisClient) {
+    subscriber.on('message', (channel: string) => this.wake(channel));
+  }
+
+  async arm(channel: string): Promise<Waiter> {
+    let resolve!: () => void;
+    const woken = new Promise<void>((done) => (resolve = done));
+    let set = this.waiters.get(channel);
+    if (!set) {
+      set = new Set();
+      this.waiters.set(channel, set);
+    }
+    set.add(resolve);
+    const cancel = () => {
+      resolve();
+      this.remove(channel, resolve);
+    };
+    if (this.closed) {
+      cancel();
+    } else if (set.size === 1) {
+      try {
+        await this.subscriber.subscribe(channel);
+      } catch (error) {
+        cancel();
+        throw error;
+      }
+    }
+    return { woken, cancel };
+  }
+
+  /** Releases every waiter (shutdown): their pulls answer with what they have. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const [channel, set] of this.waiters) {
+      for (const resolve of set) resolve();
+      this.waiters.delete(channel);
+    }
+  }
+
+  private wake(channel: string): void {
+    const set = this.waiters.get(channel);
+    if (!set) return;
+    for (const resolve of set) resolve();
+  }
+
+  private remove(channel: string, resolve: () => void): void {
+    const set = this.waiters.get(channel);
+    if (!set) return;
+    set.delete(resolve);
+    if (set.size === 0) {
+      this.waiters.delete(channel);
+      // Nobody waits any more; a failed unsubscribe only costs an unused subscription.
+      this.subscriber.unsubscribe(channel).catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * The error catalogue: canonical Google status names, their HTTP codes, and the
+ * Pub/Sub error envelope `{"error":{"code","message","status","details"?}}`.
+ * Every error the broker answers with is an ApiError; anything else is an
+ * internal error whose text is never echoed to the client.
+ */
+
+export const CANONICAL_HTTP_STATUS = {
+  CANCELLED: 499,
+  UNKNOWN: 500,
+  INVALID_ARGUMENT: 400,
+  DEADLINE_EXCEEDED: 504,
+  NOT_FOUND: 404,
+  ALREADY_EXISTS: 409,
+  PERMISSION_DENIED: 403,
+  RESOURCE_EXHAUSTED: 429,
+  FAILED_PRECONDITION: 400,
+  ABORTED: 409,
+  OUT_OF_RANGE: 400,
+  UNIMPLEMENTED: 501,
+  INTERNAL: 500,
+  UNAVAILABLE: 503,
+  DATA_LOSS: 500,
+  UNAUTHENTICATED: 401,
+} as const;
+
+export type CanonicalStatus = keyof typeof CANONICAL_HTTP_STATUS;
+
+export interface ErrorInfoDetail {
+  '@type': 'type.googleapis.com/google.rpc.ErrorInfo';
+  reason: string;
+  domain: string;
+  metadata: Record<string, string>;
+}
+
+export interface ErrorEnvelope {
+  error: { code: number; message: string; status: CanonicalStatus; details?: ErrorInfoDetail[] };
+}
+
+export class ApiError extends Error {
+  readonly status: CanonicalStatus;
+  readonly details?: ErrorInfoDetail[];
+
+  constructor(status: CanonicalStatus, message: string, details?: ErrorInfoDetail[]) {
+    super(message);
+    this.status = status;
+    this.details = details;
+  }
+
+  get httpStatus(): number {
+    return CANONICAL_HTTP_STATUS[this.status];
+  }
+
+  toEnvelope(): ErrorEnvelope {
+    const error: ErrorEnvelope['error'] = { code: this.httpStatus, message: this.message, status: this.status };
+    if (this.details) error.details = this.details;
+    return { error };
+  }
+}
+
+/** Pub/Sub's own wording, so that users searching the real service's messages find the same answers. */
+export const notFound = (resourceId: string) =>
+  new ApiError('NOT_FOUND', `Resource not found (resource=${resourceId}).`);
+export const alreadyExists = (resourceId: string) =>
+  new ApiError('ALREADY_EXISTS', `Resource already exists in the project (resource=${resourceId}).`);
+export const invalidArgument = (message: string) => new ApiError('INVALID_ARGUMENT', message);
+export const failedPrecondition = (message: string) => new ApiError('FAILED_PRECONDITION', message);
+export const unavailable = (message = 'The service is currently unavailable: the message store cannot be reached.') =>
+  new ApiError('UNAVAILABLE', message);
+
+/** Per-ack-ID failure codes that official clients understand (reference §4.3). */
+export type AckFailureCode =
+  | 'PERMANENT_FAILURE_INVALID_ACK_ID'
+  | 'TRANSIENT_FAILURE_OTHER'
+  | 'TRANSIENT_FAILURE_UNORDERED_ACK_ID';
+
+export function exactlyOnceAckFailure(failures: Map<string, AckFailureCode>): ApiError {
+  const unordered = [...failures.values()].every((code) => code === 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+  const message = unordered
+    ? 'Some acknowledgement ids in the request were sent out of order.'
+    : 'Some acknowledgement ids in the request were invalid. This could be because the acknowledgement ids have expired or the acknowledgement ids were malformed.';
+  return new ApiError('INVALID_ARGUMENT', message, [
+    {
+      '@type': 'type.googleapis.com/google.rpc.ErrorInfo',
+      reason: 'EXACTLY_ONCE_ACKID_FAILURE',
+      domain: 'pubsub.googleapis.com',
+      metadata: Object.fromEntries(failures),
+    },
+  ]);
+}

@@ -1,0 +1,40 @@
+--[[
+  acknowledge: ends the given deliveries of one subscription for good.
+  KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0")
+  KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
+  KEYS[3]    message bodies
+  KEYS[4]    body reference counts
+  ARGV[1]    time override in microseconds, or ''
+  ARGV[2..]  deliveries as "seq:gen"
+  Returns    {-1} when the subscription does not exist, else one code per delivery:
+             1  acknowledged now
+             0  no such lease: already acknowledged, superseded by a newer delivery, or unknown
+             2  the lease expired; on exactly-once subscriptions nothing changed (the message
+                will be delivered again), on others it was acknowledged anyway
+  Invariant: an acknowledgement only ends the delivery (generation) it names, never a newer one;
+             on exactly-once subscriptions only a lease still within its deadline is acknowledged.
+]]
+local config_key, leased_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = now_us(ARGV[1])
+local exactly_once = redis.call('HGET', config_key, 'exactlyOnce')
+if not exactly_once then return {-1} end
+exactly_once = exactly_once == '1'
+
+local results = {}
+for i = 2, #ARGV do
+  local member = ARGV[i]
+  local deadline = redis.call('ZSCORE', leased_key, member)
+  local code = 0
+  if deadline then
+    local expired = tonumber(deadline) <= now
+    if expired and exactly_once then
+      code = 2
+    else
+      redis.call('ZREM', leased_key, member)
+      release_body(messages_key, refs_key, (split_entry(member)))
+      code = expired and 2 or 1
+    end
+  end
+  results[#results + 1] = code
+end
+return results

@@ -1,0 +1,10 @@
+--[[
+  delete-topic-data: closes a topic incarnation to publishing. Its subscriptions keep and
+  deliver what they already hold.
+  KEYS[1]    topic state (HASH: seq, attachVersion, deleted)
+  ARGV       none
+  Returns    1
+  Invariant: no publish or attach succeeds on the incarnation afterwards.
+]]
+redis.call('HSET', KEYS[1], 'deleted', '1')
+return 1

@@ -1,0 +1,81 @@
+/**
+ * The only place where Redis key strings are made. SCHEMA.md beside this file
+ * documents every key: its type, members, scores, and which scripts write it.
+ *
+ * Two kinds of hash tag keep every script on one Redis Cluster slot:
+ *   {meta}     the control plane: topic and subscription records and their indexes;
+ *   {t<uid>}   one topic incarnation: its message bodies and all of its subscriptions'
+ *              delivery state, so that publish-with-fan-out is one atomic script.
+ * A topic deleted and created again gets a new uid, so the old incarnation's
+ * subscriptions keep their messages and the new topic shares nothing with them.
+ */
+export class Keys {
+  constructor(readonly prefix: string) {}
+
+  // ---- control plane ({meta}) ----
+  private meta(name: string): string {
+    return `${this.prefix}:{meta}:${name}`;
+  }
+  get ackSecret(): string {
+    return this.meta('ack-secret');
+  }
+  get topicUidCounter(): string {
+    return this.meta('topic-uid');
+  }
+  get topics(): string {
+    return this.meta('topics');
+  }
+  get topicIndex(): string {
+    return this.meta('topic-index');
+  }
+  get subscriptions(): string {
+    return this.meta('subscriptions');
+  }
+  get subscriptionIndex(): string {
+    return this.meta('subscription-index');
+  }
+  /** Subscription data waiting to be dropped: after a delete, or an attach not yet recorded. */
+  get pendingCleanups(): string {
+    return this.meta('pending-cleanups');
+  }
+  topicSubscriptions(topicUid: string): string {
+    return this.meta(`topic-subscriptions:${topicUid}`);
+  }
+
+  // ---- data plane ({t<uid>}) ----
+  topicData(topicUid: string): TopicKeys {
+    return new TopicKeys(`${this.prefix}:{t${topicUid}}`);
+  }
+
+  /** Pub/Sub channel that wakes long-polling pulls of a topic's subscriptions. */
+  wakeChannel(topicUid: string): string {
+    return `${this.prefix}:wake:t${topicUid}`;
+  }
+}
+
+export class TopicKeys {
+  constructor(private readonly base: string) {}
+
+  get state(): string {
+    return `${this.base}:state`;
+  }
+  get attached(): string {
+    return `${this.base}:attached`;
+  }
+  get messages(): string {
+    return `${this.base}:messages`;
+  }
+  get refs(): string {
+    return `${this.base}:refs`;
+  }
+  subscription(subscriptionUid: string): SubscriptionKeys {
+    const base = `${this.base}:s:${subscriptionUid}`;
+    return { config: `${base}:config`, ready: `${base}:ready`, leased: `${base}:leased` };
+  }
+}
+
+export interface SubscriptionKeys {
+  config: string;
+  ready: string;
+  leased: string;
+}

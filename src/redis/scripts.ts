@@ -1,0 +1,82 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { Cluster, Redis } from 'ioredis';
+
+/**
+ * Loads every script in src/lua, prepends the shared prelude, and registers each with
+ * ioredis (EVALSHA, falling back to EVAL after a Redis restart empties the script cache).
+ * Callers go through `Scripts.run` / `Scripts.runBuffers`, which pass KEYS and ARGV
+ * explicitly: every key a script touches is declared in KEYS.
+ */
+export type RedisClient = Redis | Cluster;
+
+const LUA_DIR = fileURLToPath(new URL('../lua/', import.meta.url));
+const PRELUDE_FILE = 'prelude.lua';
+
+export const SCRIPT_NAMES = [
+  'publish',
+  'pull',
+  'acknowledge',
+  'modify-ack-deadline',
+  'attach-subscription',
+  'configure-subscription',
+  'drop-subscription',
+  'delete-topic-data',
+  'create-topic',
+  'delete-topic',
+  'replace-record',
+  'create-subscription',
+  'delete-subscription',
+  'mark-cleanup',
+  'finish-cleanup',
+] as const;
+export type ScriptName = (typeof SCRIPT_NAMES)[number];
+
+export function readScriptSource(name: ScriptName): string {
+  return readFileSync(`${LUA_DIR}${name}.lua`, 'utf8');
+}
+
+export function listScriptFiles(): string[] {
+  return readdirSync(LUA_DIR).filter((file) => file.endsWith('.lua') && file !== PRELUDE_FILE);
+}
+
+const commandName = (name: ScriptName) => `pubsub_${name.replaceAll('-', '_')}`;
+
+type Arg = string | number | Buffer;
+type ScriptCaller = (numberOfKeys: number, ...args: Arg[]) => Promise<unknown>;
+
+export class Scripts {
+  constructor(private readonly redis: RedisClient) {
+    const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
+    for (const name of SCRIPT_NAMES) {
+      if (typeof (redis as unknown as Record<string, unknown>)[commandName(name)] === 'function') continue;
+      redis.defineCommand(commandName(name), { lua: `${prelude}\n${readScriptSource(name)}` });
+    }
+  }
+
+  /** Runs a script; bulk replies come back as strings. */
+  run(name: ScriptName, keys: string[], args: Arg[]): Promise<unknown> {
+    return this.caller(commandName(name))(keys.length, ...keys, ...args);
+  }
+
+  /** Runs a script; bulk replies come back as Buffers (message bodies are binary). */
+  runBuffers(name: ScriptName, keys: string[], args: Arg[]): Promise<unknown> {
+    return this.caller(`${commandName(name)}Buffer`)(keys.length, ...keys, ...args);
+  }
+
+  /** Loads every script into the Redis script cache (used by readiness checks). */
+  async loadAll(): Promise<void> {
+    const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
+    const nodes = 'nodes' in this.redis ? this.redis.nodes('master') : [this.redis];
+    await Promise.all(
+      nodes.flatMap((node) =>
+        SCRIPT_NAMES.map((name) => node.script('LOAD', `${prelude}\n${readScriptSource(name)}`)),
+      ),
+    );
+  }
+
+  private caller(command: string): ScriptCaller {
+    const fn = (this.redis as unknown as Record<string, ScriptCaller>)[command];
+    return fn.bind(this.redis);
+  }
+}
