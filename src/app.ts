@@ -22,6 +22,8 @@ export interface AppOptions {
   /** Upper bound of a long-polling pull (`returnImmediately: false`), in milliseconds. */
   pullWaitMs?: number;
   logger?: FastifyServerOptions['logger'];
+  /** Log every request (off by default: a broker under load would log thousands per second). */
+  logRequests?: boolean;
 }
 
 export interface Broker {
@@ -49,7 +51,12 @@ export const PUBLISH_BODY_LIMIT = 16 * 1024 * 1024;
 
 /** Builds the HTTP app. It never listens: src/server.ts does. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: DEFAULT_BODY_LIMIT, return503OnClosing: true });
+  const app = Fastify({
+    logger: options.logger ?? false,
+    disableRequestLogging: !options.logRequests,
+    bodyLimit: DEFAULT_BODY_LIMIT,
+    return503OnClosing: true,
+  });
   const keys = new Keys(options.keyPrefix ?? 'ps');
   const ctx: BrokerContext = {
     redis: options.redis,
@@ -92,9 +99,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return reply.code(404).send(error.toEnvelope());
   });
 
-  app.addHook('onClose', async () => {
+  // Long polls end first, so that closing does not wait for them to time out.
+  app.addHook('preClose', async () => {
     delivery.close();
     await wakeups.close();
+  });
+  app.addHook('onClose', async () => {
     if (!options.subscriber) subscriber.disconnect();
   });
 

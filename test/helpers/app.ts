@@ -1,0 +1,47 @@
+// Builds a broker app for a test: a fresh key namespace on the chosen Redis target, an
+// optional ManualClock, and an `api` helper that sends JSON and returns status + body.
+//
+//   const broker = await startBroker(t, { target, clock: new ManualClock() });
+//   const { status, body } = await broker.api('PUT', '/v1/projects/p/topics/orders', {});
+
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../../src/app.ts';
+import type { Clock } from '../../src/broker/clock.ts';
+import { redisTargets, uniquePrefix, type RedisClient, type RedisTarget } from './redis.ts';
+
+export interface TestBroker {
+  app: FastifyInstance;
+  redis: RedisClient;
+  prefix: string;
+  api: (method: string, url: string, body?: unknown) => Promise<{ status: number; body: any }>;
+}
+
+interface Teardown {
+  teardown(fn: () => unknown): void;
+}
+
+export async function startBroker(
+  t: Teardown,
+  options: { target?: RedisTarget; clock?: Clock; pullWaitMs?: number; name?: string } = {},
+): Promise<TestBroker> {
+  const target = options.target ?? redisTargets()[0];
+  const redis = target.connect();
+  const prefix = uniquePrefix(options.name ?? 'broker');
+  const app = await buildApp({ redis, keyPrefix: prefix, clock: options.clock, pullWaitMs: options.pullWaitMs ?? 200 });
+  t.teardown(async () => {
+    await app.close();
+    redis.disconnect();
+  });
+  const api = async (method: string, url: string, body?: unknown) => {
+    const response = await app.inject({
+      method: method as 'GET',
+      url,
+      ...(body === undefined ? {} : { payload: body as object, headers: { 'content-type': 'application/json' } }),
+    });
+    return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : undefined };
+  };
+  return { app, redis, prefix, api };
+}
+
+export const b64 = (text: string) => Buffer.from(text).toString('base64');
+export const unb64 = (data: string | undefined) => Buffer.from(data ?? '', 'base64').toString();
