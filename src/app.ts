@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { registerRoutes } from '../routes/index.ts';
 import { ackIdCodecLoader } from './broker/ack-id.ts';
 import { redisClock, type Clock } from './broker/clock.ts';
@@ -53,7 +53,9 @@ export const PUBLISH_BODY_LIMIT = 16 * 1024 * 1024;
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: options.logger ?? false,
-    disableRequestLogging: !options.logRequests,
+    logController: new LogController({ disableRequestLogging: !options.logRequests }),
+    // Resource IDs may be 255 characters long (fastify's default limit is 100).
+    routerOptions: { maxParamLength: 512 },
     bodyLimit: DEFAULT_BODY_LIMIT,
     return503OnClosing: true,
   });

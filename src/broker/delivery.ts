@@ -32,7 +32,8 @@ export interface ReceivedMessage {
 
 interface Attachments {
   version: string;
-  subscriptionUids: string[];
+  /** Attached subscription uids, and for each whether it orders by key. */
+  subscriptions: { uid: string; ordered: boolean }[];
 }
 
 export interface DeliveryOptions {
@@ -63,16 +64,21 @@ export class DeliveryService {
 
   async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
     const bodies = checkPublishRequest(messages);
+    const orderingKey = messages[0].orderingKey ?? '';
     const { record } = await this.topics.read(topicName);
     const data = this.ctx.keys.topicData(record.uid);
     const wakeChannel = this.ctx.keys.wakeChannel(record.uid);
     for (;;) {
       const attachments = this.attachments.get(record.uid) ?? (await this.readAttachments(record.uid));
-      const readyLists = attachments.subscriptionUids.map((uid) => data.subscription(uid).ready);
+      const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
+        const sub = data.subscription(uid);
+        return [sub.ready, sub.keyed, sub.keyStates];
+      });
+      const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
       const result = (await this.ctx.scripts.run(
         'publish',
-        [data.state, data.messages, data.refs, ...readyLists],
-        [this.ctx.clock.scriptTime(), attachments.version, wakeChannel, ...bodies],
+        [data.state, data.messages, data.refs, ...subscriptionKeys],
+        [this.ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
       )) as number[];
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
@@ -118,35 +124,48 @@ export class DeliveryService {
     const { record } = await this.subscriptions.read(name);
     const data = this.ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
+    const time = this.ctx.clock.scriptTime();
     await this.applyToDeliveries(name, record, ackIds, (members) =>
-      this.ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [
-        this.ctx.clock.scriptTime(),
-        ...members,
-      ]),
+      record.enableMessageOrdering
+        ? this.ctx.scripts.run(
+            'acknowledge-ordered',
+            [sub.config, sub.leased, data.messages, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+            [time, this.ctx.keys.wakeChannel(record.topicUid), ...members],
+          )
+        : this.ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [time, ...members]),
     );
   }
 
   async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
     const { record } = await this.subscriptions.read(name);
     const sub = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
+    const args = [this.ctx.clock.scriptTime(), seconds, this.ctx.keys.wakeChannel(record.topicUid)];
     await this.applyToDeliveries(name, record, ackIds, (members) =>
-      this.ctx.scripts.run('modify-ack-deadline', [sub.config, sub.leased, sub.ready], [
-        this.ctx.clock.scriptTime(),
-        seconds,
-        this.ctx.keys.wakeChannel(record.topicUid),
-        ...members,
-      ]),
+      record.enableMessageOrdering
+        ? this.ctx.scripts.run(
+            'modify-ack-deadline-ordered',
+            [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+            [...args, ...members],
+          )
+        : this.ctx.scripts.run('modify-ack-deadline', [sub.config, sub.leased, sub.ready], [...args, ...members]),
     );
   }
 
   private async pullOnce(name: ResourceName, record: SubscriptionRecord, max: number) {
     const data = this.ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
-    const reply = (await this.ctx.scripts.runBuffers(
-      'pull',
-      [sub.config, sub.ready, sub.leased, data.messages, data.refs],
-      [this.ctx.clock.scriptTime(), max],
-    )) as [number, Buffer | number, ...(Buffer | number)[]];
+    const time = this.ctx.clock.scriptTime();
+    const reply = (await (record.enableMessageOrdering
+      ? this.ctx.scripts.runBuffers(
+          'pull-ordered',
+          [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+          [time, max, this.ctx.keys.wakeChannel(record.topicUid)],
+        )
+      : this.ctx.scripts.runBuffers('pull', [sub.config, sub.ready, sub.leased, data.messages, data.refs], [time, max]))) as [
+      number,
+      Buffer | number,
+      ...(Buffer | number)[],
+    ];
     if (reply[0] === -1) throw notFound(name.id);
     const codec = await this.options.ackIds();
     const received: ReceivedMessage[] = [];
@@ -196,10 +215,12 @@ export class DeliveryService {
         throw exactlyOnceAckFailure(failures);
       }
       if (codes[0] === -1) throw notFound(name.id);
-      const succeeded = new Set(members.filter((_, i) => codes[i] === 1));
+      const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
       if (exactlyOnce) {
         for (const [ackId, member] of memberOf) {
-          if (!succeeded.has(member)) failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+          const code = codeOf.get(member);
+          if (code === OUT_OF_ORDER) failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+          else if (code !== APPLIED) failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
         }
       }
     }
@@ -208,13 +229,17 @@ export class DeliveryService {
 
   private async readAttachments(topicUid: string): Promise<Attachments> {
     const data = this.ctx.keys.topicData(topicUid);
-    const [version, subscriptionUids] = await Promise.all([
+    const [version, attached] = await Promise.all([
       this.ctx.redis.hget(data.state, 'attachVersion'),
-      this.ctx.redis.smembers(data.attached),
+      this.ctx.redis.hgetall(data.attached),
     ]);
-    // The version read may be newer than the set (two round trips): publish then fails its
-    // version check and this is read again, so a stale pair is never used to publish.
-    const attachments = { version: version ?? '0', subscriptionUids };
+    // Sent in this order on one connection, the set read is at least as new as the version: if
+    // it is newer, publish fails its version check and this is read again, so a stale pair is
+    // never used to publish.
+    const attachments: Attachments = {
+      version: version ?? '0',
+      subscriptions: Object.entries(attached).map(([uid, ordered]) => ({ uid, ordered: ordered === '1' })),
+    };
     this.attachments.set(topicUid, attachments);
     return attachments;
   }
@@ -227,6 +252,10 @@ export class DeliveryService {
     }
   }
 }
+
+/** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
+const APPLIED = 1;
+const OUT_OF_ORDER = 3;
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
 

@@ -150,7 +150,7 @@ export class SubscriptionService {
     const attached = await scripts.run(
       'attach-subscription',
       [data.state, data.attached, data.subscription(record.uid).config],
-      [record.uid, ...deliveryConfig(record)],
+      [record.uid, record.enableMessageOrdering ? '1' : '0', ...deliveryConfig(record)],
     );
     if (attached !== 1) {
       await this.finishCleanup(dataRef);
@@ -284,7 +284,7 @@ export class SubscriptionService {
     do {
       remaining = await this.ctx.scripts.run(
         'drop-subscription',
-        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.messages, data.refs],
+        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
         [subscriptionUid, DROP_BATCH],
       );
     } while (remaining !== 0);

@@ -2,29 +2,44 @@
   drop-subscription: detaches a subscription and releases, in bounded batches, the message
   bodies it still holds. Called repeatedly until it returns 0; safe to repeat after a crash.
   KEYS[1]    topic state (HASH: seq, attachVersion, deleted)
-  KEYS[2]    attached subscriptions (SET of subscription uids)
+  KEYS[2]    attached subscriptions (HASH uid -> ordered flag)
   KEYS[3]    the subscription's config (HASH)
   KEYS[4]    its ready list
   KEYS[5]    its leases
   KEYS[6]    message bodies
   KEYS[7]    body reference counts
+  KEYS[8]    its keyed ZSET (ordered subscriptions)
+  KEYS[9]    its keyed deliveries (HASH)
+  KEYS[10]   its key states (HASH)
   ARGV[1]    subscription uid
-  ARGV[2]    how many entries to release in this call
+  ARGV[2]    how many entries to release from each structure in this call
   Returns    the number of entries still held (0 = fully dropped)
   Invariant: after the first call the subscription receives nothing new; every body reference
-             it held is released exactly once (entries are popped as they are released).
+             it held is released exactly once (a keyed message is released through the keyed
+             ZSET only, even while it is also leased).
 ]]
 local state_key, attached_key, config_key, ready_key, leased_key, messages_key, refs_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local keyed_key, deliveries_key, key_states_key = KEYS[8], KEYS[9], KEYS[10]
 local batch = tonumber(ARGV[2])
-if redis.call('SREM', attached_key, ARGV[1]) == 1 then
+if redis.call('HDEL', attached_key, ARGV[1]) == 1 then
   redis.call('HINCRBY', state_key, 'attachVersion', 1)
 end
 redis.call('DEL', config_key)
-local entries = redis.call('LPOP', ready_key, batch) or {}
-local leases = redis.call('ZPOPMIN', leased_key, batch)
-for i = 1, #leases, 2 do entries[#entries + 1] = leases[i] end
-for _, entry in ipairs(entries) do
-  release_body(messages_key, refs_key, (split_entry(entry)))
+
+local seqs = {}
+for _, entry in ipairs(redis.call('LPOP', ready_key, batch) or {}) do
+  if string.sub(entry, 1, 2) ~= 'k:' then seqs[#seqs + 1] = (split_entry(entry)) end
 end
-return redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key)
+local leases = redis.call('ZPOPMIN', leased_key, batch)
+for i = 1, #leases, 2 do
+  local seq = split_entry(leases[i])
+  if redis.call('HEXISTS', deliveries_key, seq) == 0 then seqs[#seqs + 1] = seq end
+end
+local keyed = redis.call('ZPOPMIN', keyed_key, batch)
+for i = 1, #keyed, 2 do seqs[#seqs + 1] = tostring(tonumber(string.sub(keyed[i], -16))) end
+for _, seq in ipairs(seqs) do release_body(messages_key, refs_key, seq) end
+
+local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)
+if remaining == 0 then redis.call('DEL', deliveries_key, key_states_key) end
+return remaining

@@ -27,3 +27,64 @@ local function split_entry(entry)
   if not colon then return entry, 0 end
   return string.sub(entry, 1, colon - 1), tonumber(string.sub(entry, colon + 1))
 end
+
+-- ---- Ordered delivery (used by the *-ordered scripts and drop-subscription) ----
+-- A keyed message is the member <4-digit key length><key><16-digit seq> of the subscription's
+-- `keyed` ZSET (all scores 0), so one lexicographic range holds one key's messages in order.
+local function key_prefix(key)
+  return string.format('%04d', #key) .. key
+end
+
+local function keyed_member(key, seq)
+  return key_prefix(key) .. string.format('%016d', tonumber(seq))
+end
+
+-- Lexicographic range bounds of one key's members (the byte after the prefix is a digit).
+local function key_range(key)
+  local prefix = key_prefix(key)
+  return '[' .. prefix, '(' .. prefix .. ';'
+end
+
+-- "gen|o|key" / "gen|w|key" -> gen, state, key
+local function split_keyed_delivery(info)
+  local first = string.find(info, '|', 1, true)
+  return tonumber(string.sub(info, 1, first - 1)), string.sub(info, first + 1, first + 1), string.sub(info, first + 3)
+end
+
+-- Makes a free key deliverable again: it goes to the ready list if it still has messages.
+local function release_key(keyed_key, key_states_key, ready_key, key, to_front)
+  local min, max = key_range(key)
+  if #redis.call('ZRANGEBYLEX', keyed_key, min, max, 'LIMIT', 0, 1) == 0 then
+    redis.call('HDEL', key_states_key, key)
+    return false
+  end
+  redis.call('HSET', key_states_key, key, 'q')
+  redis.call(to_front and 'LPUSH' or 'RPUSH', ready_key, 'k:' .. key)
+  return true
+end
+
+-- The redelivery cascade: the outstanding delivery of `seq` and every later outstanding one of
+-- its key lose their leases and wait again, in order. Outstanding messages of a key always form
+-- the front of its range, and at most one pull's worth (1000) of them exists.
+-- Returns true when the key became deliverable (nothing of it is outstanding any more).
+local function revoke_from(keys, key, seq)
+  local _, max = key_range(key)
+  local later = redis.call('ZRANGEBYLEX', keys.keyed, '[' .. keyed_member(key, seq), max, 'LIMIT', 0, 1000)
+  local revoked = 0
+  for _, member in ipairs(later) do
+    local later_seq = tostring(tonumber(string.sub(member, -16)))
+    local info = redis.call('HGET', keys.deliveries, later_seq)
+    if not info then break end
+    local gen, state = split_keyed_delivery(info)
+    if state ~= 'o' then break end
+    redis.call('ZREM', keys.leased, later_seq .. ':' .. gen)
+    redis.call('HSET', keys.deliveries, later_seq, gen .. '|w|' .. key)
+    revoked = revoked + 1
+  end
+  local outstanding = tonumber(redis.call('HGET', keys.states, key)) - revoked
+  if outstanding > 0 then
+    redis.call('HSET', keys.states, key, outstanding)
+    return false
+  end
+  return release_key(keys.keyed, keys.states, keys.ready, key, true)
+end

@@ -3,16 +3,20 @@
   KEYS[1]    topic state (HASH: seq, attachVersion, deleted)
   KEYS[2]    message bodies (HASH seq -> body)
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
-  KEYS[4..]  ready list of each attached subscription, in the order the caller read them
+  KEYS[4..]  three keys per attached subscription, in the order the caller read them:
+             its ready list, its keyed ZSET and its key states (the last two used when ordered)
   ARGV[1]    time override in microseconds, or '' for Redis TIME
-  ARGV[2]    attachVersion the caller read together with the attached set
+  ARGV[2]    attachVersion the caller read together with the attached subscriptions
   ARGV[3]    wake channel, published to when anyone is attached
-  ARGV[4..]  packed message bodies (see src/broker/message-codec.ts)
+  ARGV[4]    the request's ordering key ('' for none; one key per request)
+  ARGV[5]    one character per attached subscription: '1' ordered, '0' not
+  ARGV[6..]  packed message bodies (see src/broker/message-codec.ts)
   Returns    {1, firstSeq, publishTimeUs}   stored, seqs firstSeq .. firstSeq + n - 1
              {-1}                           the topic incarnation was deleted
              {-2}                           attachments changed: re-read them and retry
-  Invariant: every subscription attached at publish time holds each new seq exactly once
-             (in its ready list), and the body is kept while any of them holds it.
+  Invariant: every subscription attached at publish time holds each new seq exactly once (in its
+             ready list, or for an ordered one with a key, in its keyed ZSET with the key queued
+             or busy), and the body is kept while any of them holds it.
 ]]
 local state_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3]
 local now = now_us(ARGV[1])
@@ -20,10 +24,12 @@ local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion')
 if state[1] then return {-1} end
 if (state[2] or '0') ~= ARGV[2] then return {-2} end
 
-local count = #ARGV - 3
+local ordering_key, ordered_flags = ARGV[4], ARGV[5]
+local first_body = 6
+local count = #ARGV - first_body + 1
 local last_seq = redis.call('HINCRBY', state_key, 'seq', count)
 local first_seq = last_seq - count + 1
-local subscriptions = #KEYS - 3
+local subscriptions = (#KEYS - 3) / 3
 if subscriptions == 0 then return {1, first_seq, now} end
 
 local publish_time = string.format('%016.0f', now)
@@ -32,7 +38,7 @@ for i = 1, count do
   local seq = tostring(first_seq + i - 1)
   seqs[i] = seq
   bodies[2 * i - 1] = seq
-  bodies[2 * i] = publish_time .. ARGV[3 + i]
+  bodies[2 * i] = publish_time .. ARGV[first_body + i - 1]
 end
 redis.call('HSET', messages_key, unpack(bodies))
 if subscriptions > 1 then
@@ -43,8 +49,25 @@ if subscriptions > 1 then
   end
   redis.call('HSET', refs_key, unpack(refs))
 end
-for k = 4, #KEYS do
-  redis.call('RPUSH', KEYS[k], unpack(seqs))
+
+local keyed_members
+for s = 1, subscriptions do
+  local ready_key, keyed_key, key_states_key = KEYS[3 * s + 1], KEYS[3 * s + 2], KEYS[3 * s + 3]
+  if ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
+    if not keyed_members then
+      keyed_members = {}
+      for i = 1, count do
+        keyed_members[2 * i - 1] = 0
+        keyed_members[2 * i] = keyed_member(ordering_key, seqs[i])
+      end
+    end
+    redis.call('ZADD', keyed_key, unpack(keyed_members))
+    if redis.call('HSETNX', key_states_key, ordering_key, 'q') == 1 then
+      redis.call('RPUSH', ready_key, 'k:' .. ordering_key)
+    end
+  else
+    redis.call('RPUSH', ready_key, unpack(seqs))
+  end
 end
 redis.call('PUBLISH', ARGV[3], '1')
 return {1, first_seq, now}

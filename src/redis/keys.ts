@@ -70,7 +70,14 @@ export class TopicKeys {
   }
   subscription(subscriptionUid: string): SubscriptionKeys {
     const base = `${this.base}:s:${subscriptionUid}`;
-    return { config: `${base}:config`, ready: `${base}:ready`, leased: `${base}:leased` };
+    return {
+      config: `${base}:config`,
+      ready: `${base}:ready`,
+      leased: `${base}:leased`,
+      keyed: `${base}:keyed`,
+      keyedDeliveries: `${base}:keyed-deliveries`,
+      keyStates: `${base}:key-states`,
+    };
   }
 }
 
@@ -78,4 +85,10 @@ export interface SubscriptionKeys {
   config: string;
   ready: string;
   leased: string;
+  /** Ordered subscriptions only: un-acked keyed messages, sorted by key then sequence. */
+  keyed: string;
+  /** Ordered subscriptions only: seq -> "gen|o|key" (outstanding) or "gen|w|key" (waiting again). */
+  keyedDeliveries: string;
+  /** Ordered subscriptions only: key -> "q" (queued in the ready list) or outstanding count. */
+  keyStates: string;
 }

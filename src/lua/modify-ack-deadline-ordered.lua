@@ -1,0 +1,59 @@
+--[[
+  modify-ack-deadline-ordered: sets new deadlines for deliveries of a subscription with message
+  ordering; 0 seconds is a nack, which for a keyed message cascades to the later outstanding
+  messages of its key.
+  KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0")
+  KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
+  KEYS[3]    ready list
+  KEYS[4]    keyed ZSET
+  KEYS[5]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key")
+  KEYS[6]    key states (HASH key -> "q" | outstanding count)
+  ARGV[1]    time override in microseconds, or ''
+  ARGV[2]    new deadline in seconds from now (0..600)
+  ARGV[3]    wake channel, published to when something became available
+  ARGV[4..]  deliveries as "seq:gen"
+  Returns    {-1} when the subscription does not exist, else one code per delivery, as in
+             modify-ack-deadline (1 changed, 0 no such lease, 2 expired)
+  Invariant: a nacked keyed message is delivered again before any later message of its key, and
+             the later ones already handed out are delivered again after it, in order.
+]]
+local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
+local keys = { keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased = leased_key, ready = ready_key }
+local now = now_us(ARGV[1])
+local seconds = tonumber(ARGV[2])
+local exactly_once = redis.call('HGET', config_key, 'exactlyOnce')
+if not exactly_once then return {-1} end
+exactly_once = exactly_once == '1'
+
+local results = {}
+local woke = false
+for i = 4, #ARGV do
+  local member = ARGV[i]
+  local deadline = redis.call('ZSCORE', leased_key, member)
+  local code = 0
+  if deadline then
+    local expired = tonumber(deadline) <= now
+    if expired and exactly_once then
+      code = 2
+    else
+      if seconds > 0 then
+        redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
+      else
+        local seq = split_entry(member)
+        local info = redis.call('HGET', keys.deliveries, seq)
+        if info then
+          local _, _, key = split_keyed_delivery(info)
+          if revoke_from(keys, key, seq) then woke = true end
+        else
+          redis.call('ZREM', leased_key, member)
+          redis.call('LPUSH', ready_key, member)
+          woke = true
+        end
+      end
+      code = expired and 2 or 1
+    end
+  end
+  results[#results + 1] = code
+end
+if woke then redis.call('PUBLISH', ARGV[3], '1') end
+return results
