@@ -97,7 +97,7 @@ export class DeliveryService {
     for (;;) {
       const waiter = returnImmediately || this.closing ? undefined : await this.armWaiter(record.topicUid);
       try {
-        const { received, nextDueUs } = await this.pullOnce(name, record, max);
+        const { received, nextDueUs } = await this.pullOnce(record, max);
         const remainingMs = giveUpAt - Date.now();
         if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
           return received.length > 0 ? { receivedMessages: received } : {};
@@ -122,10 +122,20 @@ export class DeliveryService {
 
   async acknowledge(name: ResourceName, ackIds: string[]): Promise<void> {
     const { record } = await this.subscriptions.read(name);
+    throwFailures(await this.acknowledgeDeliveries(record, ackIds));
+  }
+
+  async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
+    const { record } = await this.subscriptions.read(name);
+    throwFailures(await this.modifyDeliveries(record, ackIds, seconds));
+  }
+
+  /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
+  acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
     const data = this.ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = this.ctx.clock.scriptTime();
-    await this.applyToDeliveries(name, record, ackIds, (members) =>
+    return this.settle(record, ackIds, (members) =>
       record.enableMessageOrdering
         ? this.ctx.scripts.run(
             'acknowledge-ordered',
@@ -136,11 +146,11 @@ export class DeliveryService {
     );
   }
 
-  async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
-    const { record } = await this.subscriptions.read(name);
+  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
+  modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
     const sub = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
     const args = [this.ctx.clock.scriptTime(), seconds, this.ctx.keys.wakeChannel(record.topicUid)];
-    await this.applyToDeliveries(name, record, ackIds, (members) =>
+    return this.settle(record, ackIds, (members) =>
       record.enableMessageOrdering
         ? this.ctx.scripts.run(
             'modify-ack-deadline-ordered',
@@ -151,22 +161,31 @@ export class DeliveryService {
     );
   }
 
-  private async pullOnce(name: ResourceName, record: SubscriptionRecord, max: number) {
+  /**
+   * Leases up to `max` available messages once, without waiting. `deadlineSeconds` overrides
+   * the subscription's ack deadline (streams lease with their own streamAckDeadlineSeconds).
+   */
+  async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number) {
     const data = this.ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = this.ctx.clock.scriptTime();
+    const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
     const reply = (await (record.enableMessageOrdering
       ? this.ctx.scripts.runBuffers(
           'pull-ordered',
           [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-          [time, max, this.ctx.keys.wakeChannel(record.topicUid)],
+          [time, max, deadlineUs, this.ctx.keys.wakeChannel(record.topicUid)],
         )
-      : this.ctx.scripts.runBuffers('pull', [sub.config, sub.ready, sub.leased, data.messages, data.refs], [time, max]))) as [
+      : this.ctx.scripts.runBuffers('pull', [sub.config, sub.ready, sub.leased, data.messages, data.refs], [
+          time,
+          max,
+          deadlineUs,
+        ]))) as [
       number,
       Buffer | number,
       ...(Buffer | number)[],
     ];
-    if (reply[0] === -1) throw notFound(name.id);
+    if (reply[0] === -1) throw notFound(shortName(record.name));
     const codec = await this.options.ackIds();
     const received: ReceivedMessage[] = [];
     for (let i = 2; i < reply.length; i += 3) {
@@ -184,47 +203,45 @@ export class DeliveryService {
   }
 
   /**
-   * Decodes ack IDs, runs one script over the distinct deliveries, and reports failures the
-   * way Pub/Sub does: exactly-once subscriptions get per-ack-ID results (the valid ones still
-   * take effect); others ignore stale IDs but refuse malformed ones before changing anything.
+   * Decodes ack IDs and runs one script over the distinct deliveries. Exactly-once
+   * subscriptions get a per-ack-ID result: malformed, stale and expired IDs fail, the valid ones
+   * still take effect, and a Redis failure is a transient failure of every ID. Others ignore
+   * stale IDs, but a malformed ID refuses the whole request before anything changes.
    */
-  private async applyToDeliveries(
-    name: ResourceName,
+  private async settle(
     record: SubscriptionRecord,
     ackIds: string[],
     apply: (members: string[]) => Promise<unknown>,
-  ): Promise<void> {
+  ): Promise<SettleOutcome> {
     const exactlyOnce = record.enableExactlyOnceDelivery === true;
     const codec = await this.options.ackIds();
-    const failures = new Map<string, AckFailureCode>();
+    const outcome: SettleOutcome = { applied: [], failures: new Map() };
     const memberOf = new Map<string, string>();
     for (const ackId of ackIds) {
       const delivery = codec.decode(ackId);
       if (delivery && delivery.subscriptionUid === record.uid) memberOf.set(ackId, leaseMember(delivery));
-      else if (exactlyOnce) failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${name.full}.`);
+      else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${record.name}.`);
     }
     const members = [...new Set(memberOf.values())];
-    if (members.length > 0) {
-      let codes: number[];
-      try {
-        codes = (await apply(members)) as number[];
-      } catch (error) {
-        if (!exactlyOnce) throw error;
-        for (const ackId of memberOf.keys()) failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
-        throw exactlyOnceAckFailure(failures);
-      }
-      if (codes[0] === -1) throw notFound(name.id);
-      const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
-      if (exactlyOnce) {
-        for (const [ackId, member] of memberOf) {
-          const code = codeOf.get(member);
-          if (code === OUT_OF_ORDER) failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
-          else if (code !== APPLIED) failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-        }
-      }
+    if (members.length === 0) return outcome;
+    let codes: number[];
+    try {
+      codes = (await apply(members)) as number[];
+    } catch (error) {
+      if (!exactlyOnce) throw error;
+      for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
+      return outcome;
     }
-    if (failures.size > 0) throw exactlyOnceAckFailure(failures);
+    if (codes[0] === -1) throw notFound(shortName(record.name));
+    const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
+    for (const [ackId, member] of memberOf) {
+      const code = codeOf.get(member);
+      if (code === APPLIED || (!exactlyOnce && code !== OUT_OF_ORDER)) outcome.applied.push(ackId);
+      else if (code === OUT_OF_ORDER) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+      else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+    }
+    return outcome;
   }
 
   private async readAttachments(topicUid: string): Promise<Attachments> {
@@ -252,6 +269,19 @@ export class DeliveryService {
     }
   }
 }
+
+/** Per-ack-ID results. `failures` is only ever filled on exactly-once subscriptions. */
+export interface SettleOutcome {
+  /** Ack IDs whose delivery the request changed (on other subscriptions: all well-formed ones). */
+  applied: string[];
+  failures: Map<string, AckFailureCode>;
+}
+
+function throwFailures(outcome: SettleOutcome): void {
+  if (outcome.failures.size > 0) throw exactlyOnceAckFailure(outcome.failures);
+}
+
+const shortName = (fullName: string) => fullName.slice(fullName.lastIndexOf('/') + 1);
 
 /** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
 const APPLIED = 1;

@@ -12,7 +12,8 @@
   KEYS[8]    key states (HASH key -> "q" | outstanding count)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages
-  ARGV[3]    wake channel (published to when an expired key becomes deliverable)
+  ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
+  ARGV[4]    wake channel (published to when an expired key becomes deliverable)
   Returns    as pull: {1, nextDueUs, seq1, gen1, body1, ...} or {-1}
   Invariant: for each key, at most one pull holds outstanding messages, and they are the key's
              oldest un-acked messages in order; an expired lease of a key sends that message and
@@ -24,7 +25,7 @@ local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
 local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
 if not config[1] then return {-1} end
-local deadline = now + tonumber(config[1])
+local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
 local out = {1, ''}
 local leases = {}
@@ -112,5 +113,5 @@ else
   local earliest = redis.call('ZRANGE', leased_key, 0, 0, 'WITHSCORES')
   if earliest[2] then out[2] = tonumber(earliest[2]) - now end
 end
-if woke then redis.call('PUBLISH', ARGV[3], '1') end
+if woke then redis.call('PUBLISH', ARGV[4], '1') end
 return out

@@ -7,6 +7,7 @@
   KEYS[5]    body reference counts
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages
+  ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
   Returns    {1, nextDueUs, seq1, gen1, body1, seq2, gen2, body2, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline ('' if there is no lease), so the caller knows when to look again
@@ -20,7 +21,7 @@ local now = now_us(ARGV[1])
 local max = tonumber(ARGV[2])
 local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
 if not config[1] then return {-1} end
-local deadline = now + tonumber(config[1])
+local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
 
 -- Expired leases first: they are the oldest outstanding work.
