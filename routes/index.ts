@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { Broker } from '../src/app.ts';
 import { healthRoutes } from './health.ts';
+import { streamingRoutes } from './streaming.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
 import { topicRoutes } from './topics.ts';
 
@@ -12,6 +13,7 @@ export async function registerRoutes(app: FastifyInstance, options: RouteOptions
   await app.register(healthRoutes, options);
   await app.register(topicRoutes, options);
   await app.register(subscriptionRoutes, options);
+  await app.register(streamingRoutes, options);
 }
 
 /** Path prefixes. Resource IDs never contain ':' or '/', so a custom verb follows the last ':'. */

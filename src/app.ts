@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { registerRoutes } from '../routes/index.ts';
 import { ackIdCodecLoader } from './broker/ack-id.ts';
 import { redisClock, type Clock } from './broker/clock.ts';
@@ -7,7 +7,10 @@ import type { BrokerContext } from './broker/context.ts';
 import { DeliveryService } from './broker/delivery.ts';
 import { SubscriptionService } from './broker/subscriptions.ts';
 import { TopicService } from './broker/topics.ts';
+import { StreamRegistry } from './broker/streams.ts';
 import { Wakeups } from './broker/wakeups.ts';
+import websocket from '@fastify/websocket';
+import { MAX_STREAM_FRAME_BYTES } from '../routes/streaming.ts';
 import { ApiError, invalidArgument, unavailable } from './errors.ts';
 import { Keys } from './redis/keys.ts';
 import { Scripts, type RedisClient } from './redis/scripts.ts';
@@ -24,6 +27,13 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger'];
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
+  /** Heartbeat period of streaming pulls, in milliseconds (default 15 s). */
+  streamHeartbeatMs?: number;
+  /**
+   * Runs before every route, the WebSocket upgrade of streaming pull included; throw an ApiError
+   * (e.g. UNAUTHENTICATED) to refuse the request. The place for authentication.
+   */
+  onRequest?: (request: FastifyRequest) => Promise<void>;
 }
 
 export interface Broker {
@@ -31,6 +41,7 @@ export interface Broker {
   topics: TopicService;
   subscriptions: SubscriptionService;
   delivery: DeliveryService;
+  streams: StreamRegistry;
 }
 
 export interface RegisteredRoute {
@@ -80,7 +91,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     wakeups,
     pullWaitMs: options.pullWaitMs ?? 20_000,
   });
-  app.decorate('broker', { ctx, topics, subscriptions, delivery });
+  const streams = new StreamRegistry(delivery, subscriptions, wakeups, options.streamHeartbeatMs ?? 15_000);
+  app.decorate('broker', { ctx, topics, subscriptions, delivery, streams });
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);
@@ -101,8 +113,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return reply.code(404).send(error.toEnvelope());
   });
 
-  // Long polls end first, so that closing does not wait for them to time out.
+  // Long polls and streams end first, so that closing does not wait for them.
   app.addHook('preClose', async () => {
+    streams.closeAll();
     delivery.close();
     await wakeups.close();
   });
@@ -110,6 +123,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (!options.subscriber) subscriber.disconnect();
   });
 
+  if (options.onRequest) app.addHook('onRequest', options.onRequest);
+  // Twice the frame limit, so that the stream itself can answer an oversize frame with a
+  // Pub/Sub error; beyond that the WebSocket layer closes with 1009.
+  await app.register(websocket, { options: { maxPayload: 2 * MAX_STREAM_FRAME_BYTES } });
   await app.register(registerRoutes, { broker: app.broker });
   return app;
 }

@@ -57,6 +57,11 @@ export class DeliveryService {
     private readonly options: DeliveryOptions,
   ) {}
 
+  /** The channel on which publishes and nacks of the subscription's topic wake waiters. */
+  wakeChannel(record: SubscriptionRecord): string {
+    return this.ctx.keys.wakeChannel(record.topicUid);
+  }
+
   /** Stops long polls from waiting (graceful shutdown). */
   close(): void {
     this.closing = true;

@@ -1,0 +1,309 @@
+import { ApiError, invalidArgument, unavailable, type AckFailureCode } from '../errors.ts';
+import { parseBody } from '../schemas/common.ts';
+import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
+import type { DeliveryService, ReceivedMessage, SettleOutcome } from './delivery.ts';
+import { MAX_PULL_MESSAGES } from './delivery.ts';
+import type { ResourceName } from './names.ts';
+import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
+import type { Wakeups } from './wakeups.ts';
+
+/**
+ * One streaming pull (reference §10) over any message transport (the route uses a WebSocket).
+ * Messages are pushed as soon as they are published: the session waits on the topic's wake-up
+ * channel, never on a polling interval. Flow control stops delivery at the client's
+ * maxOutstandingMessages / maxOutstandingBytes and resumes as it acks. Acks and deadline changes
+ * may come on the stream; on exactly-once subscriptions each is confirmed per ack ID.
+ */
+export interface StreamTransport {
+  send(frame: object): void;
+  /** Ends the stream with a close code and a reason in the Pub/Sub error shape. */
+  close(code: number, reason: string): void;
+}
+
+export interface StreamingOptions {
+  /** An idle stream gets an empty frame at least this often (Pub/Sub clients expect ~15 s). */
+  heartbeatMs: number;
+}
+
+/** WebSocket close codes: 4000 + the canonical gRPC code, so clients can tell retryable ones. */
+const GRPC_CODES: Record<string, number> = {
+  CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5, ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10, OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
+};
+export const closeCodeFor = (error: ApiError) => 4000 + (GRPC_CODES[error.status] ?? 2);
+/** A WebSocket close reason holds at most 123 bytes; the full error also goes out as a frame. */
+const MAX_CLOSE_REASON_BYTES = 123;
+
+export function closeReason(error: ApiError): string {
+  let message = error.message;
+  for (;;) {
+    const reason = JSON.stringify({ error: { code: error.httpStatus, message, status: error.status } });
+    if (Buffer.byteLength(reason) <= MAX_CLOSE_REASON_BYTES || message.length === 0) return reason;
+    message = message.slice(0, Math.max(0, message.length - 8));
+  }
+}
+
+interface Outstanding {
+  bytes: number;
+  /** When the lease runs out by this node's clock: only for flow-control accounting. */
+  expiresAtMs: number;
+}
+
+interface Properties {
+  exactlyOnceDeliveryEnabled: boolean;
+  messageOrderingEnabled: boolean;
+}
+
+export class StreamingSession {
+  private record?: SubscriptionRecord;
+  private ackDeadlineSeconds = 0;
+  private maxMessages = 0;
+  private maxBytes = 0;
+  private readonly outstanding = new Map<string, Outstanding>();
+  private sentProperties?: Properties;
+  private closed = false;
+  private lastSentAt = Date.now();
+  private heartbeat?: NodeJS.Timeout;
+  /** Frames are handled one at a time, in arrival order. */
+  private queue: Promise<void> = Promise.resolve();
+  /** Wakes the delivery loop: flow-control room, a closed stream, or new stream settings. */
+  private nudge: () => void = () => {};
+
+  constructor(
+    private readonly name: ResourceName,
+    private readonly transport: StreamTransport,
+    private readonly delivery: DeliveryService,
+    private readonly subscriptions: SubscriptionService,
+    private readonly wakeups: Wakeups,
+    private readonly options: StreamingOptions,
+  ) {}
+
+  /** Feeds one client frame (raw JSON text). */
+  receive(text: string): void {
+    this.queue = this.queue.then(() => this.handle(text)).catch((error) => this.fail(error));
+  }
+
+  /** The transport went away: stop delivering. Leases of what is outstanding run out by themselves. */
+  stop(): void {
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    this.nudge();
+  }
+
+  /** Ends the stream with an error (also used for shutdown: UNAVAILABLE makes clients reconnect). */
+  fail(error: unknown): void {
+    if (this.closed) return;
+    const apiError = error instanceof ApiError ? error : unavailable('The stream failed; reconnect.');
+    this.send({ error: apiError.toEnvelope().error });
+    this.stop();
+    this.transport.close(closeCodeFor(apiError), closeReason(apiError));
+  }
+
+  private async handle(text: string): Promise<void> {
+    if (this.closed) return;
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw invalidArgument('Invalid JSON payload received in a streaming pull frame.');
+    }
+    const frame = parseBody(streamingPullFrameSchema, json, 'streaming pull frame');
+    if (frame.streamAckDeadlineSeconds !== undefined) {
+      this.ackDeadlineSeconds = checkStreamAckDeadline(frame.streamAckDeadlineSeconds);
+    }
+    if (!this.record) await this.start(frame);
+    else this.checkLaterFrame(frame);
+    const isKeepAlive = !frame.ackIds?.length && !frame.modifyDeadlineAckIds?.length && frame.streamAckDeadlineSeconds === undefined;
+    if (frame.ackIds?.length) await this.acknowledge(frame.ackIds);
+    if (frame.modifyDeadlineAckIds?.length || frame.modifyDeadlineSeconds?.length) await this.modify(frame);
+    if (isKeepAlive && this.sentProperties) this.send({});
+  }
+
+  private async start(frame: StreamingPullFrame): Promise<void> {
+    if (frame.subscription !== undefined && frame.subscription !== this.name.full) {
+      throw invalidArgument(`The subscription in the first frame (${frame.subscription}) does not match the path (${this.name.full}).`);
+    }
+    if (frame.streamAckDeadlineSeconds === undefined) {
+      throw invalidArgument('The first streaming pull frame must set streamAckDeadlineSeconds (10 to 600).');
+    }
+    this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
+    this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
+    this.record = (await this.subscriptions.read(this.name)).record;
+    this.sendProperties();
+    this.heartbeat = setInterval(() => {
+      if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
+    }, Math.max(10, Math.floor(this.options.heartbeatMs / 2)));
+    this.heartbeat.unref();
+    void this.deliverLoop().catch((error) => this.fail(error));
+  }
+
+  private checkLaterFrame(frame: StreamingPullFrame): void {
+    for (const field of ['subscription', 'clientId', 'maxOutstandingMessages', 'maxOutstandingBytes', 'protocolVersion'] as const) {
+      if (frame[field] !== undefined) throw invalidArgument(`"${field}" may only be set in the first streaming pull frame.`);
+    }
+  }
+
+  private async acknowledge(ackIds: string[]): Promise<void> {
+    const outcome = await this.delivery.acknowledgeDeliveries(this.record!, ackIds);
+    this.release(outcome, ['PERMANENT_FAILURE_INVALID_ACK_ID']);
+    if (!this.record!.enableExactlyOnceDelivery) return;
+    this.send({
+      acknowledgeConfirmation: {
+        ackIds: outcome.applied,
+        invalidAckIds: failed(outcome, 'PERMANENT_FAILURE_INVALID_ACK_ID'),
+        unorderedAckIds: failed(outcome, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID'),
+        temporaryFailedAckIds: failed(outcome, 'TRANSIENT_FAILURE_OTHER'),
+      },
+    });
+  }
+
+  private async modify(frame: StreamingPullFrame): Promise<void> {
+    const ackIds = frame.modifyDeadlineAckIds ?? [];
+    const seconds = frame.modifyDeadlineSeconds ?? [];
+    if (ackIds.length !== seconds.length) {
+      throw invalidArgument('modifyDeadlineAckIds and modifyDeadlineSeconds must have the same length.');
+    }
+    const bySeconds = new Map<number, string[]>();
+    ackIds.forEach((ackId, i) => {
+      if (seconds[i] < 0 || seconds[i] > 600) throw invalidArgument('modifyDeadlineSeconds must be between 0 and 600.');
+      bySeconds.set(seconds[i], [...(bySeconds.get(seconds[i]) ?? []), ackId]);
+    });
+    const confirmation = { ackIds: [] as string[], invalidAckIds: [] as string[], temporaryFailedAckIds: [] as string[] };
+    for (const [deadline, group] of bySeconds) {
+      const outcome = await this.delivery.modifyDeliveries(this.record!, group, deadline);
+      if (deadline === 0) {
+        this.release(outcome, ['PERMANENT_FAILURE_INVALID_ACK_ID']);
+      } else {
+        for (const ackId of outcome.applied) {
+          const entry = this.outstanding.get(ackId);
+          if (entry) entry.expiresAtMs = Date.now() + deadline * 1000;
+        }
+      }
+      confirmation.ackIds.push(...outcome.applied);
+      confirmation.invalidAckIds.push(...failed(outcome, 'PERMANENT_FAILURE_INVALID_ACK_ID'));
+      confirmation.temporaryFailedAckIds.push(...failed(outcome, 'TRANSIENT_FAILURE_OTHER'));
+    }
+    if (this.record!.enableExactlyOnceDelivery) this.send({ modifyAckDeadlineConfirmation: confirmation });
+  }
+
+  /** Forgets, for flow control, deliveries that are done: applied, or failed for good. */
+  private release(outcome: SettleOutcome, finalFailures: AckFailureCode[]): void {
+    let released = false;
+    for (const ackId of outcome.applied) released = this.outstanding.delete(ackId) || released;
+    for (const [ackId, code] of outcome.failures) {
+      if (finalFailures.includes(code)) released = this.outstanding.delete(ackId) || released;
+    }
+    if (released) this.nudge();
+  }
+
+  private async deliverLoop(): Promise<void> {
+    while (!this.closed) {
+      this.forgetExpired();
+      const room = this.room();
+      if (room === 0) {
+        await this.sleep(this.nextExpiryMs());
+        continue;
+      }
+      const record = this.record!;
+      const waiter = await this.wakeups.arm(this.delivery.wakeChannel(record));
+      try {
+        await this.refreshRecord();
+        const { received, nextDueUs } = await this.delivery.pullOnce(this.record!, room, this.ackDeadlineSeconds);
+        if (this.closed) return;
+        if (received.length > 0) {
+          this.deliver(received);
+          continue;
+        }
+        const dueMs = nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1;
+        await this.sleep(dueMs, waiter.woken);
+      } finally {
+        waiter.cancel();
+      }
+    }
+  }
+
+  private deliver(received: ReceivedMessage[]): void {
+    const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
+    for (const message of received) {
+      const bytes = message.message.data ? Math.floor((message.message.data.length * 3) / 4) : 0;
+      this.outstanding.set(message.ackId, { bytes, expiresAtMs });
+    }
+    const frame: Record<string, unknown> = { receivedMessages: received };
+    const properties = this.properties();
+    if (!sameProperties(properties, this.sentProperties)) frame.subscriptionProperties = properties;
+    this.send(frame);
+    this.sentProperties = properties;
+  }
+
+  /** How many messages may be sent now (0 = at a flow-control limit). */
+  private room(): number {
+    if (this.maxBytes > 0) {
+      let bytes = 0;
+      for (const entry of this.outstanding.values()) bytes += entry.bytes;
+      if (bytes >= this.maxBytes) return 0;
+    }
+    if (this.maxMessages === 0) return MAX_PULL_MESSAGES;
+    return Math.max(0, Math.min(MAX_PULL_MESSAGES, this.maxMessages - this.outstanding.size));
+  }
+
+  private forgetExpired(): void {
+    const now = Date.now();
+    for (const [ackId, entry] of this.outstanding) if (entry.expiresAtMs <= now) this.outstanding.delete(ackId);
+  }
+
+  private nextExpiryMs(): number {
+    let earliest = Infinity;
+    for (const entry of this.outstanding.values()) earliest = Math.min(earliest, entry.expiresAtMs);
+    return Math.max(1, earliest - Date.now());
+  }
+
+  /** Picks up changes to the subscription (exactly-once switched, deleted) between pulls. */
+  private async refreshRecord(): Promise<void> {
+    this.record = (await this.subscriptions.read(this.name)).record;
+    const properties = this.properties();
+    if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
+  }
+
+  private sleep(ms: number | undefined, woken?: Promise<void>): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = ms === undefined ? undefined : setTimeout(done, ms);
+      this.nudge = done;
+      woken?.then(done);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  }
+
+  private properties(): Properties {
+    return {
+      exactlyOnceDeliveryEnabled: this.record!.enableExactlyOnceDelivery === true,
+      messageOrderingEnabled: this.record!.enableMessageOrdering === true,
+    };
+  }
+
+  private sendProperties(): void {
+    this.sentProperties = this.properties();
+    this.send({ subscriptionProperties: this.sentProperties });
+  }
+
+  private send(frame: object): void {
+    if (this.closed) return;
+    this.lastSentAt = Date.now();
+    this.transport.send(frame);
+  }
+}
+
+function checkStreamAckDeadline(seconds: number): number {
+  if (seconds < 10 || seconds > 600) throw invalidArgument('streamAckDeadlineSeconds must be between 10 and 600.');
+  return seconds;
+}
+
+function failed(outcome: SettleOutcome, code: AckFailureCode): string[] {
+  return [...outcome.failures].filter(([, failure]) => failure === code).map(([ackId]) => ackId);
+}
+
+const sameProperties = (a: Properties, b: Properties | undefined) =>
+  b !== undefined && a.exactlyOnceDeliveryEnabled === b.exactlyOnceDeliveryEnabled && a.messageOrderingEnabled === b.messageOrderingEnabled;
