@@ -69,6 +69,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 512 },
     bodyLimit: DEFAULT_BODY_LIMIT,
     return503OnClosing: true,
+    // Errors the router raises before any route runs (bad percent-encoding, over-long IDs).
+    frameworkErrors: (error, _request, reply) => {
+      const apiError = invalidArgument(`Invalid request URL: ${error.message}`);
+      reply.raw.writeHead(apiError.httpStatus, { 'content-type': 'application/json; charset=utf-8' });
+      reply.raw.end(JSON.stringify(apiError.toEnvelope()));
+    },
   });
   const keys = new Keys(options.keyPrefix ?? 'ps');
   const ctx: BrokerContext = {
@@ -142,7 +148,9 @@ function acceptJsonBodies(app: FastifyInstance): void {
   app.addContentTypeParser('*', { parseAs: 'string' }, (request, body, done) => {
     if (typeof body !== 'string' || body.trim() === '') return done(null, {});
     parseJson(request, body, (error, parsed) => {
-      if (error) return done(invalidArgument(`Invalid JSON payload received. ${error.message}`), undefined);
+      // Fastify's own text names application/json whatever was sent; and a body with a
+      // "__proto__" key (prototype poisoning) is refused the same way.
+      if (error) return done(invalidArgument('Invalid JSON payload received. Body is not valid JSON.'), undefined);
       done(null, parsed);
     });
   });

@@ -45,7 +45,7 @@ export class TopicService {
   constructor(private readonly ctx: BrokerContext) {}
 
   async create(name: ResourceName, rawBody: unknown): Promise<Topic> {
-    const body = parseBody(topicBodySchema, rawBody ?? {}, 'topic');
+    const body = parseBody(topicBodySchema, rawBody === undefined ? {} : rawBody, 'topic');
     checkBodyName(body.name, name);
     refuseUnsupported(body);
     const settings = checkSettings(body);

@@ -9,14 +9,18 @@ import { ApiError, invalidArgument } from '../errors.ts';
 /** Fields whose values are maps with user-chosen keys: their keys are never renamed. */
 const MAP_FIELDS = new Set(['labels', 'attributes', 'tags']);
 
-/** proto3 JSON parsers accept snake_case field names too; normalise them to lowerCamelCase. */
-export function camelCaseFields(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(camelCaseFields);
+/**
+ * proto3 JSON parsers accept snake_case field names too; normalise them to lowerCamelCase.
+ * `spelled` records how the client wrote each renamed field, for error messages.
+ */
+export function camelCaseFields(value: unknown, spelled = new Map<string, string>()): unknown {
+  if (Array.isArray(value)) return value.map((item) => camelCaseFields(item, spelled));
   if (value === null || typeof value !== 'object') return value;
   const out: Record<string, unknown> = {};
   for (const [key, child] of Object.entries(value)) {
     const name = key.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
-    out[name] = MAP_FIELDS.has(name) ? child : camelCaseFields(child);
+    if (name !== key) spelled.set(name, key);
+    out[name] = MAP_FIELDS.has(name) ? child : camelCaseFields(child, spelled);
   }
   return out;
 }
@@ -25,17 +29,19 @@ export function parseBody<T>(schema: z.ZodType<T>, body: unknown, what: string):
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw invalidArgument(`Invalid JSON payload received. The ${what} must be a JSON object.`);
   }
-  const parsed = schema.safeParse(camelCaseFields(body));
+  const spelled = new Map<string, string>();
+  const parsed = schema.safeParse(camelCaseFields(body, spelled));
   if (parsed.success) return parsed.data;
-  throw describeIssues(parsed.error);
+  throw describeIssues(parsed.error, spelled);
 }
 
-function describeIssues(error: z.ZodError): ApiError {
+function describeIssues(error: z.ZodError, spelled: Map<string, string>): ApiError {
   const issue = error.issues[0];
   const path = issue.path.join('.');
   if (issue.code === 'unrecognized_keys') {
     const where = path ? ` at '${path}'` : '';
-    return invalidArgument(`Invalid JSON payload received. Unknown name "${issue.keys[0]}"${where}: Cannot find field.`);
+    const name = spelled.get(issue.keys[0]) ?? issue.keys[0];
+    return invalidArgument(`Invalid JSON payload received. Unknown name "${name}"${where}: Cannot find field.`);
   }
   return invalidArgument(`Invalid value at '${path || 'body'}': ${issue.message}`);
 }
