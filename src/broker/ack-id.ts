@@ -16,7 +16,6 @@ export interface Delivery {
 
 const ACK_ID = /^([0-9a-f]{16})-([0-9a-z]{1,13})-([0-9a-z]{1,10})-([A-Za-z0-9_-]{22})$/;
 const MAC_BYTES = 16;
-const MAC_TEXT_LENGTH = 22; // base64url of 16 bytes
 
 export class AckIdCodec {
   constructor(private readonly secret: Buffer) {}
@@ -26,14 +25,17 @@ export class AckIdCodec {
     return `${body}-${this.mac(body).toString('base64url')}`;
   }
 
-  /** Returns the delivery, or undefined for anything malformed or not sealed by us. */
+  /**
+   * Returns the delivery, or undefined for anything malformed or not sealed by us. Only the
+   * exact spelling we issued is accepted (no leading zeros, no other base64url padding bits).
+   */
   decode(ackId: string): Delivery | undefined {
     const match = ACK_ID.exec(ackId);
     if (!match) return undefined;
-    const body = ackId.slice(0, -(MAC_TEXT_LENGTH + 1));
-    const given = Buffer.from(match[4], 'base64url');
-    if (given.length !== MAC_BYTES || !timingSafeEqual(given, this.mac(body))) return undefined;
-    return { subscriptionUid: match[1], seq: String(parseInt(match[2], 36)), generation: parseInt(match[3], 36) };
+    const delivery = { subscriptionUid: match[1], seq: String(parseInt(match[2], 36)), generation: parseInt(match[3], 36) };
+    const issued = Buffer.from(this.encode(delivery));
+    const given = Buffer.from(ackId);
+    return issued.length === given.length && timingSafeEqual(issued, given) ? delivery : undefined;
   }
 
   private mac(body: string): Buffer {
