@@ -14,6 +14,8 @@ export interface Waiter {
 
 export class Wakeups {
   private readonly waiters = new Map<string, Set<() => void>>();
+  /** The SUBSCRIBE of each listened channel: every waiter waits for it to be confirmed. */
+  private readonly subscribed = new Map<string, Promise<unknown>>();
   private closed = false;
 
   constructor(private readonly subscriber: RedisClient) {
@@ -35,13 +37,19 @@ export class Wakeups {
     };
     if (this.closed) {
       cancel();
-    } else if (set.size === 1) {
-      try {
-        await this.subscriber.subscribe(channel);
-      } catch (error) {
-        cancel();
-        throw error;
-      }
+      return { woken, cancel };
+    }
+    let subscribing = this.subscribed.get(channel);
+    if (!subscribing) {
+      subscribing = this.subscriber.subscribe(channel);
+      this.subscribed.set(channel, subscribing);
+    }
+    try {
+      await subscribing;
+    } catch (error) {
+      if (this.subscribed.get(channel) === subscribing) this.subscribed.delete(channel);
+      cancel();
+      throw error;
     }
     return { woken, cancel };
   }
@@ -67,6 +75,7 @@ export class Wakeups {
     set.delete(resolve);
     if (set.size === 0) {
       this.waiters.delete(channel);
+      this.subscribed.delete(channel);
       // Nobody waits any more; a failed unsubscribe only costs an unused subscription.
       this.subscriber.unsubscribe(channel).catch(() => {});
     }
