@@ -1,0 +1,84 @@
+// Data lifecycle: retention, subscription deletion, and the janitor that drops data left behind
+// by a crash between the steps of creating or deleting a subscription.
+
+import t from 'tap';
+import { ManualClock } from '../../src/broker/clock.ts';
+import { Keys } from '../../src/redis/keys.ts';
+import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
+import { redisTargets } from '../helpers/redis.ts';
+
+const TOPIC = '/v1/projects/p/topics/life';
+const topicName = { project: 'p', id: 'life', full: 'projects/p/topics/life' };
+
+async function topicKeys(broker: TestBroker) {
+  const { record } = await broker.app.broker.topics.read(topicName);
+  return { uid: record.uid, data: new Keys(broker.prefix).topicData(record.uid) };
+}
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: messages older than the subscription's retention are dropped, never delivered`, async (t) => {
+    const clock = new ManualClock();
+    const broker = await startBroker(t, { target, clock, name: 'retention' });
+    await broker.api('PUT', TOPIC, {});
+    await broker.api('PUT', '/v1/projects/p/subscriptions/short', { topic: topicName.full, messageRetentionDuration: '600s' });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/long', { topic: topicName.full });
+    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old') }] });
+    clock.advanceSeconds(601);
+    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new') }] });
+    const short = await broker.api('POST', '/v1/projects/p/subscriptions/short:pull', { maxMessages: 10, returnImmediately: true });
+    t.same(short.body.receivedMessages.map((m: any) => m.message.messageId), ['2'], 'the expired message is skipped');
+    const long = await broker.api('POST', '/v1/projects/p/subscriptions/long:pull', { maxMessages: 10, returnImmediately: true });
+    t.same(long.body.receivedMessages.map((m: any) => m.message.messageId), ['1', '2'], 'a longer retention still has it');
+    await broker.api('POST', '/v1/projects/p/subscriptions/long:acknowledge', { ackIds: long.body.receivedMessages.map((m: any) => m.ackId) });
+    const { data } = await topicKeys(broker);
+    t.equal(await broker.redis.hexists(data.messages, '1'), 0, 'the expired body is gone once nobody holds it');
+    t.equal(await broker.redis.hexists(data.messages, '2'), 1, 'the other body is still held by the short subscription');
+  });
+
+  t.test(`${target.name}: deleting a subscription releases every body it held`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'delete-sub' });
+    await broker.api('PUT', TOPIC, {});
+    await broker.api('PUT', '/v1/projects/p/subscriptions/keep', { topic: topicName.full });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/drop', { topic: topicName.full, enableMessageOrdering: true });
+    for (let i = 0; i < 30; i++) {
+      await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64(`m${i}`), ...(i % 2 ? { orderingKey: `k${i % 3}` } : {}) }] });
+    }
+    await broker.api('POST', '/v1/projects/p/subscriptions/drop:pull', { maxMessages: 7, returnImmediately: true });
+    const { data } = await topicKeys(broker);
+    t.equal(await broker.redis.hlen(data.refs), 30, 'two holders per body');
+    t.same((await broker.api('DELETE', '/v1/projects/p/subscriptions/drop')).body, {});
+    t.equal(await broker.redis.hlen(data.refs), 0, 'one holder left: no reference counts');
+    t.equal(await broker.redis.hlen(data.messages), 30, 'the remaining subscription still has every body');
+    const kept = await broker.api('POST', '/v1/projects/p/subscriptions/keep:pull', { maxMessages: 100, returnImmediately: true });
+    await broker.api('POST', '/v1/projects/p/subscriptions/keep:acknowledge', { ackIds: kept.body.receivedMessages.map((m: any) => m.ackId) });
+    t.equal(await broker.redis.hlen(data.messages), 0, 'no body left once the last holder acked');
+  });
+
+  t.test(`${target.name}: the janitor drops data of a create interrupted between attach and record`, async (t) => {
+    const clock = new ManualClock();
+    const broker = await startBroker(t, { target, clock, name: 'janitor' });
+    await broker.api('PUT', TOPIC, {});
+    await broker.api('PUT', '/v1/projects/p/subscriptions/real', { topic: topicName.full });
+    const { uid, data } = await topicKeys(broker);
+    const { ctx } = broker.app.broker;
+    // What create-subscription does before it records the subscription, then "crash".
+    const orphan = 'feedfacefeedface';
+    const orphanKeys = data.subscription(orphan);
+    await ctx.scripts.run('mark-cleanup', [ctx.keys.pendingCleanups], [clock.scriptTime(), `${uid}/${orphan}`]);
+    await ctx.scripts.run('attach-subscription', [data.state, data.attached, orphanKeys.config], [
+      orphan, '0', 'ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0',
+    ]);
+    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('x') }] });
+    t.equal(await broker.redis.llen(orphanKeys.ready), 1, 'the orphan receives publishes');
+
+    const now = Number(clock.scriptTime());
+    t.equal(await broker.app.broker.subscriptions.collectGarbage(now - 60_000_000), 0, 'nothing is collected within the grace period');
+    clock.advanceSeconds(120);
+    t.equal(await broker.app.broker.subscriptions.collectGarbage(Number(clock.scriptTime()) - 60_000_000), 1, 'collected after it');
+    t.equal(await broker.redis.exists(orphanKeys.ready, orphanKeys.config), 0, 'its data is gone');
+    t.same(await broker.redis.hkeys(data.attached), [(await broker.app.broker.subscriptions.read({ project: 'p', id: 'real', full: 'projects/p/subscriptions/real' })).record.uid]);
+    t.equal(await broker.redis.zcard(ctx.keys.pendingCleanups), 0, 'no mark left');
+    const real = await broker.api('POST', '/v1/projects/p/subscriptions/real:pull', { maxMessages: 10, returnImmediately: true });
+    t.equal(real.body.receivedMessages.length, 1, 'the real subscription is untouched');
+  });
+}
