@@ -22,30 +22,26 @@
 local config_key, leased_key, messages_key, refs_key, ready_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local keyed_key, deliveries_key, key_states_key = KEYS[6], KEYS[7], KEYS[8]
 local now = now_us(ARGV[1])
-local exactly_once = redis.call('HGET', config_key, 'exactlyOnce')
-if not exactly_once then return {-1} end
-exactly_once = exactly_once == '1'
+local exactly_once = exactly_once_mode(config_key)
+if exactly_once == nil then return {-1} end
+
+-- On exactly-once subscriptions a keyed message may be acked only as its key's oldest un-acked one.
+local function out_of_order(key, seq)
+  local min, max = key_range(key)
+  return redis.call('ZRANGEBYLEX', keyed_key, min, max, 'LIMIT', 0, 1)[1] ~= keyed_member(key, seq)
+end
 
 local results = {}
 local woke = false
 for i = 3, #ARGV do
   local member = ARGV[i]
-  local deadline = redis.call('ZSCORE', leased_key, member)
-  local code = 0
-  if deadline then
-    local expired = tonumber(deadline) <= now
+  local status = lease_status(leased_key, member, now, exactly_once)
+  local code = RESULT[status]
+  if status == 'valid' or status == 'expired' then
     local seq = split_entry(member)
     local info = redis.call('HGET', deliveries_key, seq)
-    local key, in_order = nil, true
-    if info then
-      local _
-      _, _, key = split_keyed_delivery(info)
-      local min, max = key_range(key)
-      in_order = redis.call('ZRANGEBYLEX', keyed_key, min, max, 'LIMIT', 0, 1)[1] == keyed_member(key, seq)
-    end
-    if expired and exactly_once then
-      code = 2
-    elseif exactly_once and not in_order then
+    local key = info and select(3, split_keyed_delivery(info))
+    if key and exactly_once and out_of_order(key, seq) then
       code = 3
     else
       redis.call('ZREM', leased_key, member)
@@ -57,7 +53,6 @@ for i = 3, #ARGV do
           if release_key(keyed_key, key_states_key, ready_key, key, false) then woke = true end
         end
       end
-      code = expired and 2 or 1
     end
   end
   results[#results + 1] = code

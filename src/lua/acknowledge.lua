@@ -16,25 +16,17 @@
 ]]
 local config_key, leased_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_us(ARGV[1])
-local exactly_once = redis.call('HGET', config_key, 'exactlyOnce')
-if not exactly_once then return {-1} end
-exactly_once = exactly_once == '1'
+local exactly_once = exactly_once_mode(config_key)
+if exactly_once == nil then return {-1} end
 
 local results = {}
 for i = 2, #ARGV do
   local member = ARGV[i]
-  local deadline = redis.call('ZSCORE', leased_key, member)
-  local code = 0
-  if deadline then
-    local expired = tonumber(deadline) <= now
-    if expired and exactly_once then
-      code = 2
-    else
-      redis.call('ZREM', leased_key, member)
-      release_body(messages_key, refs_key, (split_entry(member)))
-      code = expired and 2 or 1
-    end
+  local status = lease_status(leased_key, member, now, exactly_once)
+  if status == 'valid' or status == 'expired' then
+    redis.call('ZREM', leased_key, member)
+    release_body(messages_key, refs_key, (split_entry(member)))
   end
-  results[#results + 1] = code
+  results[#results + 1] = RESULT[status]
 end
 return results

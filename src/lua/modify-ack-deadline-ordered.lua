@@ -21,39 +21,29 @@ local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
 local keys = { keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased = leased_key, ready = ready_key }
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
-local exactly_once = redis.call('HGET', config_key, 'exactlyOnce')
-if not exactly_once then return {-1} end
-exactly_once = exactly_once == '1'
+local exactly_once = exactly_once_mode(config_key)
+if exactly_once == nil then return {-1} end
 
 local results = {}
 local woke = false
 for i = 4, #ARGV do
   local member = ARGV[i]
-  local deadline = redis.call('ZSCORE', leased_key, member)
-  local code = 0
-  if deadline then
-    local expired = tonumber(deadline) <= now
-    if expired and exactly_once then
-      code = 2
+  local status = lease_status(leased_key, member, now, exactly_once)
+  if (status == 'valid' or status == 'expired') and seconds > 0 then
+    redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
+  elseif status == 'valid' or status == 'expired' then
+    local seq = split_entry(member)
+    local info = redis.call('HGET', keys.deliveries, seq)
+    if info then
+      local _, _, key = split_keyed_delivery(info)
+      if revoke_from(keys, key, seq) then woke = true end
     else
-      if seconds > 0 then
-        redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
-      else
-        local seq = split_entry(member)
-        local info = redis.call('HGET', keys.deliveries, seq)
-        if info then
-          local _, _, key = split_keyed_delivery(info)
-          if revoke_from(keys, key, seq) then woke = true end
-        else
-          redis.call('ZREM', leased_key, member)
-          redis.call('LPUSH', ready_key, member)
-          woke = true
-        end
-      end
-      code = expired and 2 or 1
+      redis.call('ZREM', leased_key, member)
+      redis.call('LPUSH', ready_key, member)
+      woke = true
     end
   end
-  results[#results + 1] = code
+  results[#results + 1] = RESULT[status]
 end
 if woke then redis.call('PUBLISH', ARGV[3], '1') end
 return results

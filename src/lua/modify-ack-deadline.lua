@@ -18,32 +18,24 @@
 local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
-local exactly_once = redis.call('HGET', config_key, 'exactlyOnce')
-if not exactly_once then return {-1} end
-exactly_once = exactly_once == '1'
+local exactly_once = exactly_once_mode(config_key)
+if exactly_once == nil then return {-1} end
 
 local results = {}
 local nacked = false
 for i = 4, #ARGV do
   local member = ARGV[i]
-  local deadline = redis.call('ZSCORE', leased_key, member)
-  local code = 0
-  if deadline then
-    local expired = tonumber(deadline) <= now
-    if expired and exactly_once then
-      code = 2
+  local status = lease_status(leased_key, member, now, exactly_once)
+  if status == 'valid' or status == 'expired' then
+    if seconds == 0 then
+      redis.call('ZREM', leased_key, member)
+      redis.call('LPUSH', ready_key, member)
+      nacked = true
     else
-      if seconds == 0 then
-        redis.call('ZREM', leased_key, member)
-        redis.call('LPUSH', ready_key, member)
-        nacked = true
-      else
-        redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
-      end
-      code = expired and 2 or 1
+      redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
     end
   end
-  results[#results + 1] = code
+  results[#results + 1] = RESULT[status]
 end
 if nacked then redis.call('PUBLISH', ARGV[3], '1') end
 return results

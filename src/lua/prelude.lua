@@ -21,6 +21,39 @@ local function release_body(messages_key, refs_key, seq)
   end
 end
 
+-- The delivery mode of a subscription: nil when it does not exist, else true on exactly-once.
+local function exactly_once_mode(config_key)
+  local flag = redis.call('HGET', config_key, 'exactlyOnce')
+  if not flag then return nil end
+  return flag == '1'
+end
+
+-- The lease of one delivery ("seq:gen"), for acknowledge and modify-ack-deadline:
+--   'gone'     no such lease: acknowledged, superseded by a newer delivery, nacked, or unknown
+--   'refused'  expired, on an exactly-once subscription: nothing may change any more
+--   'expired'  expired elsewhere: the change still applies (nothing was delivered again yet)
+--   'valid'
+local function lease_status(leased_key, member, now, exactly_once)
+  local deadline = redis.call('ZSCORE', leased_key, member)
+  if not deadline then return 'gone' end
+  if tonumber(deadline) > now then return 'valid' end
+  return exactly_once and 'refused' or 'expired'
+end
+
+-- Per-delivery result codes of acknowledge and modify-ack-deadline (3 = out of order, ordered only).
+local RESULT = { gone = 0, valid = 1, expired = 2, refused = 2 }
+
+-- Ends a pull: stores the new leases or, when there are none, tells the caller in how many
+-- microseconds the earliest lease runs out (out[2]), so it knows when to look again.
+local function finish_pull(leased_key, leases, out, now)
+  if #leases > 0 then
+    redis.call('ZADD', leased_key, unpack(leases))
+    return
+  end
+  local earliest = redis.call('ZRANGE', leased_key, 0, 0, 'WITHSCORES')
+  if earliest[2] then out[2] = tonumber(earliest[2]) - now end
+end
+
 -- A delivery entry is "seq" (never delivered) or "seq:gen" (last delivered as generation gen).
 local function split_entry(entry)
   local colon = string.find(entry, ':', 1, true)

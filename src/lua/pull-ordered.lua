@@ -107,11 +107,6 @@ while remaining > 0 do
   end
 end
 
-if #leases > 0 then
-  redis.call('ZADD', leased_key, unpack(leases))
-else
-  local earliest = redis.call('ZRANGE', leased_key, 0, 0, 'WITHSCORES')
-  if earliest[2] then out[2] = tonumber(earliest[2]) - now end
-end
+finish_pull(leased_key, leases, out, now)
 if woke then redis.call('PUBLISH', ARGV[4], '1') end
 return out

@@ -50,10 +50,5 @@ for _, entry in ipairs(candidates) do
     release_body(messages_key, refs_key, seq)
   end
 end
-if #leases > 0 then
-  redis.call('ZADD', leased_key, unpack(leases))
-else
-  local earliest = redis.call('ZRANGE', leased_key, 0, 0, 'WITHSCORES')
-  if earliest[2] then out[2] = tonumber(earliest[2]) - now end
-end
+finish_pull(leased_key, leases, out, now)
 return out

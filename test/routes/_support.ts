@@ -8,27 +8,11 @@
 //   - an error response is exactly {"error":{"code","message","status"[,"details"]}} with
 //     error.code equal to the HTTP status and a canonical status name that maps to it.
 
+import { CANONICAL_HTTP_STATUS } from '../../src/errors.ts';
 import type { RedisTarget } from '../helpers/redis.ts';
 import { startBroker, type TestBroker } from '../helpers/app.ts';
 
-export const CANONICAL_HTTP: Record<string, number> = {
-  CANCELLED: 499,
-  UNKNOWN: 500,
-  INVALID_ARGUMENT: 400,
-  DEADLINE_EXCEEDED: 504,
-  NOT_FOUND: 404,
-  ALREADY_EXISTS: 409,
-  PERMISSION_DENIED: 403,
-  RESOURCE_EXHAUSTED: 429,
-  FAILED_PRECONDITION: 400,
-  ABORTED: 409,
-  OUT_OF_RANGE: 400,
-  UNIMPLEMENTED: 501,
-  INTERNAL: 500,
-  UNAVAILABLE: 503,
-  DATA_LOSS: 500,
-  UNAUTHENTICATED: 401,
-};
+export const CANONICAL_HTTP: Record<string, number> = CANONICAL_HTTP_STATUS;
 
 export interface Reply {
   status: number;
