@@ -116,7 +116,7 @@ t.test('SIGKILL of the managed redis-server under load loses nothing accepted', 
   const during = await call(broker.url, 'GET', '/readyz');
   t.ok([200, 503].includes(during.status), 'the broker keeps answering while Redis is down');
   // The broker starts its Redis again; load goes on against the restarted server.
-  for (let i = 0; i < 100 && (await call(broker.url, 'GET', '/readyz')).status !== 200; i++) await sleep(100);
+  for (let i = 0; i < 300 && (await call(broker.url, 'GET', '/readyz')).status !== 200; i++) await sleep(100);
   t.equal((await call(broker.url, 'GET', '/readyz')).status, 200, 'ready again after the restart');
   await sleep(1000);
   await stopLoad();
@@ -165,7 +165,7 @@ t.test('with an external Redis down, requests answer UNAVAILABLE and recover by 
 
   redis = await startRedis();
   let pulled;
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 300; i++) {
     pulled = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, { maxMessages: 10, returnImmediately: true });
     if (pulled.status === 200) break;
     await sleep(100);

@@ -1,0 +1,253 @@
+/**
+ * Workloads against the broker over HTTP (Pub/Sub REST v1): publish, pull+ack on a backlog,
+ * and the Redis memory cost of a retained message.
+ */
+import type { Redis } from 'ioredis';
+import { Keys } from '../src/redis/keys.ts';
+import type { HttpClient } from './http.ts';
+import { Latency, runConcurrently, sleep, type LatencySummary } from './stats.ts';
+
+export const PROJECT = 'bench';
+
+export interface ThroughputResult {
+  workload: string;
+  messages: number;
+  seconds: number;
+  msgPerSec: number;
+  /** Latency per request kind (publish, pull, ack, addBulk). */
+  latency: Record<string, LatencySummary>;
+  notes?: Record<string, number | string>;
+}
+
+export interface SubscriptionSpec {
+  id: string;
+  exactlyOnce?: boolean;
+}
+
+const topicPath = (id: string) => `/v1/projects/${PROJECT}/topics/${id}`;
+const subscriptionPath = (id: string) => `/v1/projects/${PROJECT}/subscriptions/${id}`;
+
+/** Creates a topic and its subscriptions (ack deadline 60 s, so nothing expires mid-run). */
+export async function createTopic(client: HttpClient, topicId: string, subscriptions: SubscriptionSpec[]): Promise<void> {
+  await client.json('PUT', topicPath(topicId), {});
+  for (const sub of subscriptions) {
+    await client.json('PUT', subscriptionPath(sub.id), {
+      topic: `projects/${PROJECT}/topics/${topicId}`,
+      ackDeadlineSeconds: 60,
+      ...(sub.exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
+    });
+  }
+}
+
+export async function deleteTopic(client: HttpClient, topicId: string, subscriptionIds: string[]): Promise<void> {
+  for (const id of subscriptionIds) await client.json('DELETE', subscriptionPath(id));
+  await client.json('DELETE', topicPath(topicId));
+}
+
+/**
+ * Publishes `messages` messages in requests of `bodies[i]` (each `batch` messages), from
+ * `concurrency` concurrent publishers; rate = messages / wall time.
+ */
+export async function publishWorkload(options: {
+  workload: string;
+  client: HttpClient;
+  topicId: string;
+  messages: number;
+  batch: number;
+  concurrency: number;
+  bodies: Buffer[];
+  timeoutMs: number;
+}): Promise<ThroughputResult> {
+  const { client, batch, bodies } = options;
+  const requests = Math.ceil(options.messages / batch);
+  if (options.messages % batch !== 0) throw new Error(`message count ${options.messages} is not a multiple of ${batch}`);
+  const path = `${topicPath(options.topicId)}:publish`;
+  const latency = new Latency();
+  let next = 0;
+  const seconds = await runConcurrently(options.concurrency, options.timeoutMs, options.workload, async (_, stop) => {
+    while (!stop()) {
+      const index = next++;
+      if (index >= requests) return;
+      const started = performance.now();
+      const response = await client.request('POST', path, bodies[index % bodies.length]);
+      latency.since(started);
+      if (response.status !== 200) {
+        throw new Error(`publish -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+      }
+      const ids = (JSON.parse(response.body.toString()) as { messageIds?: string[] }).messageIds;
+      if (ids?.length !== batch) throw new Error(`publish returned ${ids?.length} message IDs for ${batch} messages`);
+    }
+  });
+  return {
+    workload: options.workload,
+    messages: options.messages,
+    seconds,
+    msgPerSec: options.messages / seconds,
+    latency: { publish: latency.summary() },
+  };
+}
+
+/**
+ * Drains a backlog of exactly `messages` messages: each of `concurrency` pullers pulls up to
+ * `maxMessages` (returnImmediately) and acks the whole batch with one :acknowledge call.
+ * Rate = acknowledged messages / wall time. Fails on any non-200 (exactly-once acks report
+ * per-ID failures as errors) or if the backlog does not come out exactly once.
+ */
+export async function pullAckWorkload(options: {
+  workload: string;
+  client: HttpClient;
+  subscriptionId: string;
+  messages: number;
+  maxMessages: number;
+  concurrency: number;
+  timeoutMs: number;
+}): Promise<ThroughputResult> {
+  const { client } = options;
+  const pullPath = `${subscriptionPath(options.subscriptionId)}:pull`;
+  const ackPath = `${subscriptionPath(options.subscriptionId)}:acknowledge`;
+  const pullBody = Buffer.from(JSON.stringify({ maxMessages: options.maxMessages, returnImmediately: true }));
+  const pullLatency = new Latency();
+  const ackLatency = new Latency();
+  let received = 0;
+  let acked = 0;
+  let pulls = 0;
+  let emptyPulls = 0;
+  const seconds = await runConcurrently(options.concurrency, options.timeoutMs, options.workload, async (_, stop) => {
+    while (!stop() && received < options.messages) {
+      const pullStarted = performance.now();
+      const response = await client.request('POST', pullPath, pullBody);
+      pullLatency.since(pullStarted);
+      pulls++;
+      if (response.status !== 200) {
+        throw new Error(`pull -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+      }
+      const batch = (JSON.parse(response.body.toString()) as { receivedMessages?: { ackId: string }[] }).receivedMessages ?? [];
+      if (batch.length === 0) {
+        // Others hold the rest (leased, not yet acked) or it is all gone.
+        emptyPulls++;
+        await sleep(2);
+        continue;
+      }
+      received += batch.length;
+      const ackBody = JSON.stringify({ ackIds: batch.map((m) => m.ackId) });
+      const ackStarted = performance.now();
+      const ack = await client.request('POST', ackPath, ackBody);
+      ackLatency.since(ackStarted);
+      if (ack.status !== 200) throw new Error(`acknowledge -> HTTP ${ack.status}: ${ack.body.toString().slice(0, 300)}`);
+      acked += batch.length;
+    }
+  });
+  if (acked !== options.messages) {
+    throw new Error(`${options.workload}: acked ${acked} messages, expected exactly ${options.messages}`);
+  }
+  const after = (await client.json('POST', pullPath, { maxMessages: 10, returnImmediately: true })) as { receivedMessages?: unknown[] };
+  if (after.receivedMessages?.length) throw new Error(`${options.workload}: the backlog was not empty after the run`);
+  return {
+    workload: options.workload,
+    messages: acked,
+    seconds,
+    msgPerSec: acked / seconds,
+    latency: { pull: pullLatency.summary(), ack: ackLatency.summary() },
+    notes: { pulls, emptyPulls, avgMessagesPerPull: Math.round((received / Math.max(1, pulls - emptyPulls)) * 10) / 10 },
+  };
+}
+
+// ------------------------------------------------------------------ memory
+
+export interface MemoryResult {
+  messages: number;
+  dataBytes: number;
+  subscriptions: number;
+  usedMemoryBefore: number;
+  usedMemoryAfter: number;
+  bytesPerMessage: number;
+  /** MEMORY USAGE of the topic's data keys after publishing, per retained message. */
+  breakdownBytesPerMessage: Record<string, number>;
+  publish: ThroughputResult;
+}
+
+export async function usedMemory(admin: Redis): Promise<number> {
+  const info = await admin.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)?.[1]);
+}
+
+/** Lets AOF flushes and client buffer shrinking settle, then reads used_memory. */
+async function settledUsedMemory(admin: Redis): Promise<number> {
+  await sleep(2500);
+  return usedMemory(admin);
+}
+
+/**
+ * Bytes of Redis memory per retained message: `messages` messages of exactly `dataBytes`
+ * bytes published to a fresh topic with two subscriptions, nothing pulled or acked.
+ */
+export async function memoryWorkload(options: {
+  client: HttpClient;
+  admin: Redis;
+  keyPrefix: string;
+  topicId: string;
+  subscriptionIds: [string, string];
+  messages: number;
+  batch: number;
+  concurrency: number;
+  bodies: Buffer[];
+  timeoutMs: number;
+}): Promise<MemoryResult> {
+  const { client, admin } = options;
+  await createTopic(
+    client,
+    options.topicId,
+    options.subscriptionIds.map((id) => ({ id })),
+  );
+  const before = await settledUsedMemory(admin);
+  const publish = await publishWorkload({
+    workload: 'publish (memory, 2 subscriptions)',
+    client,
+    topicId: options.topicId,
+    messages: options.messages,
+    batch: options.batch,
+    concurrency: options.concurrency,
+    bodies: options.bodies,
+    timeoutMs: options.timeoutMs,
+  });
+  const after = await settledUsedMemory(admin);
+  const breakdown = await dataKeyUsage(admin, options.keyPrefix, options.topicId, options.subscriptionIds);
+  const perMessage = Object.fromEntries(
+    Object.entries(breakdown).map(([name, bytes]) => [name, Math.round((bytes / options.messages) * 10) / 10]),
+  );
+  return {
+    messages: options.messages,
+    dataBytes: 1024,
+    subscriptions: options.subscriptionIds.length,
+    usedMemoryBefore: before,
+    usedMemoryAfter: after,
+    bytesPerMessage: Math.round(((after - before) / options.messages) * 10) / 10,
+    breakdownBytesPerMessage: perMessage,
+    publish,
+  };
+}
+
+/** MEMORY USAGE (exact: SAMPLES 0) of every data key of one topic. */
+async function dataKeyUsage(
+  admin: Redis,
+  keyPrefix: string,
+  topicId: string,
+  subscriptionIds: string[],
+): Promise<Record<string, number>> {
+  const keys = new Keys(keyPrefix);
+  const topicJson = await admin.hget(keys.topics, `projects/${PROJECT}/topics/${topicId}`);
+  if (!topicJson) return {};
+  const data = keys.topicData((JSON.parse(topicJson) as { uid: string }).uid);
+  const named: Record<string, string> = { messages: data.messages, refs: data.refs };
+  for (const [i, id] of subscriptionIds.entries()) {
+    const subJson = await admin.hget(keys.subscriptions, `projects/${PROJECT}/subscriptions/${id}`);
+    if (!subJson) continue;
+    const sub = data.subscription((JSON.parse(subJson) as { uid: string }).uid);
+    named[`ready[${i}]`] = sub.ready;
+  }
+  const usage: Record<string, number> = {};
+  for (const [name, key] of Object.entries(named)) {
+    usage[name] = Number((await admin.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
+  }
+  return usage;
+}

@@ -1,0 +1,71 @@
+/**
+ * Benchmark settings, all from the environment (see bench/README.md):
+ *
+ *   BENCH_MESSAGES          messages per throughput workload (default 100000)
+ *   BENCH_CONCURRENCY       concurrent HTTP clients / addBulk callers (default 8)
+ *   BENCH_MEMORY_MESSAGES   messages retained for the memory figure (default 50000)
+ *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
+ *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
+ *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, memory, bullmq (default all)
+ *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+ *   BENCH_BROKER_ENTRY      broker entry file (default src/server.ts, or bench/standin-server.ts while it is missing)
+ *   BENCH_REDIS_SERVER      redis-server binary (default: redis-server on PATH)
+ *   BENCH_TIMEOUT_SECONDS   give up on one workload after this long (default 600)
+ *   BENCH_QUIET_WAIT_SECONDS  before each phase, wait up to this long for other processes to use
+ *                           < 10% of the CPU (default 30; 0 = never wait)
+ *   BENCH_RESULTS           where to write the JSON results (default bench/results/latest.json)
+ */
+export const WORKLOAD_NAMES = ['publish', 'pull', 'eo', 'publish2', 'memory', 'bullmq'] as const;
+export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+
+export interface BenchConfig {
+  messages: number;
+  concurrency: number;
+  memoryMessages: number;
+  warmupMessages: number;
+  bullmqConcurrency: number;
+  only: Set<WorkloadName>;
+  brokerNodeArgs: string[];
+  brokerEntry?: string;
+  redisServer: string;
+  timeoutMs: number;
+  quietWaitMs: number;
+  resultsFile: string;
+  publishBatch: number;
+  pullMax: number;
+  dataBytes: number;
+}
+
+function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 1): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer >= ${min}, got "${raw}"`);
+  return value;
+}
+
+export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
+  const onlyRaw = (env.BENCH_ONLY ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  for (const name of onlyRaw) {
+    if (!(WORKLOAD_NAMES as readonly string[]).includes(name)) {
+      throw new Error(`BENCH_ONLY: unknown workload "${name}" (known: ${WORKLOAD_NAMES.join(', ')})`);
+    }
+  }
+  return {
+    messages: positiveInt(env, 'BENCH_MESSAGES', 100_000),
+    concurrency: positiveInt(env, 'BENCH_CONCURRENCY', 8),
+    memoryMessages: positiveInt(env, 'BENCH_MEMORY_MESSAGES', 50_000),
+    warmupMessages: positiveInt(env, 'BENCH_WARMUP', 20_000, 0),
+    bullmqConcurrency: positiveInt(env, 'BENCH_BULLMQ_CONCURRENCY', 100),
+    only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
+    brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
+    brokerEntry: env.BENCH_BROKER_ENTRY || undefined,
+    redisServer: env.BENCH_REDIS_SERVER || 'redis-server',
+    timeoutMs: positiveInt(env, 'BENCH_TIMEOUT_SECONDS', 600) * 1000,
+    quietWaitMs: positiveInt(env, 'BENCH_QUIET_WAIT_SECONDS', 30, 0) * 1000,
+    resultsFile: env.BENCH_RESULTS || 'bench/results/latest.json',
+    publishBatch: 100,
+    pullMax: 1000,
+    dataBytes: 1024,
+  };
+}

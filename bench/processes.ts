@@ -1,0 +1,295 @@
+/**
+ * The processes a benchmark run owns: its own redis-server (temp dir, AOF everysec like the
+ * broker's managed Redis, no RDB snapshots) and the broker as a separate child process, whose
+ * RSS is sampled from /proc. Everything registered here is torn down by `cleanup()`, which
+ * run.ts calls on normal exit, on errors, and on SIGINT/SIGTERM.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+
+const HOST = '127.0.0.1';
+
+// ------------------------------------------------------------------ clean-up registry
+
+const children = new Set<ChildProcess>();
+const tempDirs = new Set<string>();
+const closers = new Set<() => Promise<void> | void>();
+
+/** Registers an async closer (clients, samplers); run before children are killed. */
+export function onCleanup(fn: () => Promise<void> | void): void {
+  closers.add(fn);
+}
+
+let cleaning: Promise<void> | undefined;
+
+/** Closes clients, stops children (TERM, then KILL after 5 s) and removes temp dirs. Idempotent. */
+export function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    for (const close of [...closers].reverse()) {
+      try {
+        await Promise.race([close(), sleep(2000, undefined, { ref: false })]);
+      } catch {
+        // best effort
+      }
+    }
+    closers.clear();
+    await Promise.all([...children].map((child) => stopChild(child, 5000)));
+    cleanupSync();
+  })();
+  return cleaning;
+}
+
+/** Last resort from process.on('exit'): no awaiting possible, so KILL and rm synchronously. */
+export function cleanupSync(): void {
+  for (const child of children) {
+    if (child.exitCode === null && child.signalCode === null) {
+      try {
+        child.kill('SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+  children.clear();
+  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+  tempDirs.clear();
+}
+
+async function stopChild(child: ChildProcess, graceMs: number): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timedOut = await Promise.race([exited.then(() => false), sleep(graceMs, undefined, { ref: false }).then(() => true)]);
+  if (timedOut) {
+    child.kill('SIGKILL');
+    await exited;
+  }
+  children.delete(child);
+}
+
+export function makeTempDir(prefix: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.add(dir);
+  return dir;
+}
+
+// ------------------------------------------------------------------ helpers
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.once('error', reject);
+    server.listen(0, HOST, () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitUntil(what: string, timeoutMs: number, child: ChildProcess, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`${what}: the process exited (code ${child.exitCode}, signal ${child.signalCode}) before it was ready`);
+    }
+    if (await check().catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}
+
+export interface RssReading {
+  /** VmRSS */
+  rss: number;
+  /** RssAnon (heap, malloc, thread stacks), RssFile (mapped binary and libraries), RssShmem. */
+  anon: number;
+  file: number;
+  shmem: number;
+}
+
+/** Reads VmRSS and its parts of a process in bytes, or undefined once it is gone. */
+export function readRss(pid: number): RssReading | undefined {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+    const rss = kb('VmRSS');
+    if (!Number.isFinite(rss)) return undefined;
+    return { rss, anon: kb('RssAnon'), file: kb('RssFile'), shmem: kb('RssShmem') };
+  } catch {
+    return undefined;
+  }
+}
+
+// ------------------------------------------------------------------ redis-server
+
+export interface RedisServer {
+  port: number;
+  url: string;
+  pid: number;
+  dir: string;
+  version: string;
+  /** A client for the bench's own use (INFO, SLOWLOG...); closed by cleanup(). */
+  admin: Redis;
+}
+
+export async function startRedis(binary: string): Promise<RedisServer> {
+  const dir = makeTempDir('pubsub-bench-redis-');
+  const port = await freePort();
+  const args = [
+    '--port', String(port),
+    '--bind', HOST,
+    '--dir', dir,
+    '--appendonly', 'yes',
+    '--appendfsync', 'everysec',
+    '--save', '',
+    '--daemonize', 'no',
+    '--logfile', path.join(dir, 'redis.log'),
+    '--slowlog-log-slower-than', '10000',
+    '--slowlog-max-len', '256',
+  ];
+  const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.add(child);
+  const stderr: Buffer[] = [];
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+  child.once('error', (error) => stderr.push(Buffer.from(String(error))));
+  const admin = new Redis({ host: HOST, port, lazyConnect: true, maxRetriesPerRequest: 1, enableOfflineQueue: false });
+  admin.on('error', () => {});
+  try {
+    await waitUntil(`redis-server on port ${port}`, 10_000, child, async () => {
+      if (admin.status !== 'ready') {
+        if (admin.status === 'wait' || admin.status === 'end') await admin.connect();
+        else return false;
+      }
+      return (await admin.ping()) === 'PONG';
+    });
+  } catch (error) {
+    admin.disconnect();
+    throw new Error(`${(error as Error).message}\n${Buffer.concat(stderr).toString()}`);
+  }
+  onCleanup(() => {
+    admin.disconnect();
+  });
+  const info = await admin.info('server');
+  const version = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
+  return { port, url: `redis://${HOST}:${port}`, pid: child.pid!, dir, version, admin };
+}
+
+// ------------------------------------------------------------------ broker child
+
+export interface BrokerProcess {
+  port: number;
+  baseUrl: string;
+  pid: number;
+  entry: string;
+  child: ChildProcess;
+  /** Stops the broker gracefully (lets --cpu-prof write its profile). */
+  stop(): Promise<void>;
+}
+
+export function defaultBrokerEntry(): { entry: string; standIn: boolean } {
+  if (fs.existsSync('src/server.ts')) return { entry: 'src/server.ts', standIn: false };
+  return { entry: 'bench/standin-server.ts', standIn: true };
+}
+
+export async function startBroker(options: {
+  redisUrl: string;
+  entry: string;
+  nodeArgs: string[];
+  keyPrefix: string;
+}): Promise<BrokerProcess> {
+  const port = await freePort();
+  const env = {
+    ...process.env,
+    REDIS_URL: options.redisUrl,
+    PORT: String(port),
+    HOST,
+    KEY_PREFIX: options.keyPrefix,
+    LOG_LEVEL: 'warn',
+  };
+  // A compiled entry (.js/.mjs) runs without the tsx loader, to compare with a production build.
+  const loader = /\.[cm]?js$/.test(options.entry) ? [] : ['--import=tsx'];
+  const child = spawn(process.execPath, [...options.nodeArgs, ...loader, options.entry], {
+    env,
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  children.add(child);
+  const baseUrl = `http://${HOST}:${port}`;
+  await waitUntil(`broker (${options.entry}) on port ${port}`, 30_000, child, async () => {
+    const response = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(2000) });
+    await response.arrayBuffer();
+    return response.status === 200;
+  });
+  return {
+    port,
+    baseUrl,
+    pid: child.pid!,
+    entry: options.entry,
+    child,
+    stop: () => stopChild(child, 10_000),
+  };
+}
+
+// ------------------------------------------------------------------ RSS sampling
+
+export interface RssSampler {
+  /** Starts attributing samples to a named phase (max RSS per phase). */
+  phase(name: string): void;
+  stop(): void;
+  readonly maxBytes: number;
+  /** The whole reading (anon/file/shmem parts) at the maximum. */
+  readonly atMax: RssReading | undefined;
+  readonly samples: number;
+  readonly perPhaseMaxBytes: Record<string, number>;
+}
+
+export function sampleRss(pid: number, intervalMs = 200): RssSampler {
+  let maxBytes = 0;
+  let atMax: RssReading | undefined;
+  let samples = 0;
+  let current = 'startup';
+  const perPhaseMaxBytes: Record<string, number> = {};
+  const take = () => {
+    const reading = readRss(pid);
+    if (reading === undefined) return;
+    const { rss } = reading;
+    samples++;
+    if (rss > maxBytes) {
+      maxBytes = rss;
+      atMax = reading;
+    }
+    perPhaseMaxBytes[current] = Math.max(perPhaseMaxBytes[current] ?? 0, rss);
+  };
+  take();
+  const timer = setInterval(take, intervalMs);
+  timer.unref();
+  const sampler: RssSampler = {
+    phase(name: string) {
+      take();
+      current = name;
+    },
+    stop() {
+      take();
+      clearInterval(timer);
+    },
+    get maxBytes() {
+      return maxBytes;
+    },
+    get atMax() {
+      return atMax;
+    },
+    get samples() {
+      return samples;
+    },
+    get perPhaseMaxBytes() {
+      return perPhaseMaxBytes;
+    },
+  };
+  onCleanup(() => clearInterval(timer));
+  return sampler;
+}

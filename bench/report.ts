@@ -1,0 +1,236 @@
+/** The end-of-run table, the PASS/FAIL bars, and the JSON results file. */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { MemoryResult, ThroughputResult } from './broker-workloads.ts';
+import type { LatencySummary } from './stats.ts';
+
+/** CPU seconds each process spent during one workload, and Redis' own command timing. */
+export interface PhaseCpu {
+  wallSeconds: number;
+  brokerCpuSeconds: number;
+  redisCpuSeconds: number;
+  clientCpuSeconds: number;
+  /** Busy CPU of everything else on the machine (other users' tests...): noise if not ~0. */
+  otherCpuSeconds: number;
+  /** Other processes used more than DISTURBED_SHARE of the machine: the figures are low. */
+  disturbed: boolean;
+  /** INFO commandstats over the phase: calls and total microseconds, top commands by time. */
+  redisCommands: Record<string, { calls: number; usec: number; usecPerCall: number }>;
+}
+
+export interface Bar {
+  name: string;
+  target: string;
+  actual: string;
+  status: 'PASS' | 'FAIL' | 'SKIP';
+}
+
+export interface BenchResults {
+  startedAt: string;
+  finishedAt?: string;
+  config: Record<string, unknown>;
+  environment: Record<string, unknown>;
+  workloads: Record<string, ThroughputResult>;
+  ratios: Record<string, number | null>;
+  memory?: Omit<MemoryResult, 'publish'>;
+  broker: {
+    entry: string;
+    standIn: boolean;
+    maxRssBytes: number;
+    /** RssAnon / RssFile / RssShmem at the maximum. */
+    atMaxRss?: { anon: number; file: number; shmem: number };
+    rssSamples: number;
+    maxRssBytesPerPhase: Record<string, number>;
+  };
+  redis: { maxRssBytes: number; slowlog?: { usec: number; command: string }[] };
+  cpu: Record<string, PhaseCpu>;
+  bars: Bar[];
+  error?: string;
+}
+
+export const KEYS = {
+  publish: 'publish (1 sub)',
+  publishEo: 'publish (1 exactly-once sub)',
+  publish2: 'publish (2 subs)',
+  pull: 'pull+ack',
+  pullEo: 'pull+ack (exactly-once)',
+  bullAdd: 'BullMQ addBulk',
+  bullProcess: 'BullMQ Worker process',
+} as const;
+
+/** A phase is "disturbed" when other processes used more than this share of all cores. */
+export const DISTURBED_SHARE = 0.1;
+
+const BARS = {
+  publish: 40_000,
+  pull: 25_000,
+  pullEo: 15_000,
+  ratio: 3,
+  rssBytes: 250 * 1024 * 1024,
+  bytesPerMessage: 1.5 * 1024,
+};
+
+const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
+const ratio = (a?: number, b?: number) => (a !== undefined && b !== undefined && b > 0 ? Math.round((a / b) * 100) / 100 : null);
+
+export function computeRatios(results: BenchResults): void {
+  const add = rate(results, KEYS.bullAdd);
+  const processRate = rate(results, KEYS.bullProcess);
+  results.ratios = {
+    'publish / BullMQ add': ratio(rate(results, KEYS.publish), add),
+    'pull+ack / BullMQ process': ratio(rate(results, KEYS.pull), processRate),
+    'exactly-once pull+ack / BullMQ process': ratio(rate(results, KEYS.pullEo), processRate),
+  };
+}
+
+export function computeBars(results: BenchResults): void {
+  const bars: Bar[] = [];
+  const fmtRate = (n: number) => `${Math.round(n).toLocaleString('en-US')} msg/s`;
+  const atLeast = (name: string, value: number | undefined | null, target: number, show: (n: number) => string, targetText: string) => {
+    if (value === undefined || value === null) bars.push({ name, target: targetText, actual: '-', status: 'SKIP' });
+    else bars.push({ name, target: targetText, actual: show(value), status: value >= target ? 'PASS' : 'FAIL' });
+  };
+  const below = (name: string, value: number | undefined, target: number, show: (n: number) => string, targetText: string) => {
+    if (value === undefined || !Number.isFinite(value)) bars.push({ name, target: targetText, actual: '-', status: 'SKIP' });
+    else bars.push({ name, target: targetText, actual: show(value), status: value < target ? 'PASS' : 'FAIL' });
+  };
+  const times = (n: number) => `${n.toFixed(2)}x`;
+  atLeast('publish throughput (1 sub)', rate(results, KEYS.publish), BARS.publish, fmtRate, '>= 40,000 msg/s');
+  atLeast('publish vs BullMQ addBulk', results.ratios['publish / BullMQ add'], BARS.ratio, times, '>= 3x');
+  atLeast('pull+ack throughput', rate(results, KEYS.pull), BARS.pull, fmtRate, '>= 25,000 msg/s');
+  atLeast('pull+ack vs BullMQ process', results.ratios['pull+ack / BullMQ process'], BARS.ratio, times, '>= 3x');
+  atLeast('exactly-once pull+ack throughput', rate(results, KEYS.pullEo), BARS.pullEo, fmtRate, '>= 15,000 msg/s');
+  atLeast('exactly-once pull+ack vs BullMQ process', results.ratios['exactly-once pull+ack / BullMQ process'], BARS.ratio, times, '>= 3x');
+  below(
+    'broker max RSS',
+    results.broker.maxRssBytes || undefined,
+    BARS.rssBytes,
+    (n) => `${(n / 1024 / 1024).toFixed(1)} MiB`,
+    '< 250 MiB',
+  );
+  below(
+    'Redis bytes per retained message (2 subs)',
+    results.memory?.bytesPerMessage,
+    BARS.bytesPerMessage,
+    (n) => `${n.toFixed(0)} B`,
+    '< 1536 B (1.5 KiB)',
+  );
+  results.bars = bars;
+}
+
+// ------------------------------------------------------------------ text output
+
+function table(headers: string[], rows: string[][], alignRight: boolean[]): string {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (alignRight[i] ? (c ?? '').padStart(widths[i]) : (c ?? '').padEnd(widths[i]))).join('  ');
+  return [line(headers), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+const ms = (n: number) => n.toFixed(2);
+const int = (n: number) => Math.round(n).toLocaleString('en-US');
+
+export function renderReport(results: BenchResults): string {
+  const out: string[] = [];
+  const rows: string[][] = [];
+  const vs: Record<string, string | undefined> = {
+    [KEYS.publish]: fmtRatio(results.ratios['publish / BullMQ add']),
+    [KEYS.pull]: fmtRatio(results.ratios['pull+ack / BullMQ process']),
+    [KEYS.pullEo]: fmtRatio(results.ratios['exactly-once pull+ack / BullMQ process']),
+  };
+  for (const [key, w] of Object.entries(results.workloads)) {
+    const kinds = Object.entries(w.latency) as [string, LatencySummary][];
+    if (kinds.length === 0) {
+      rows.push([key, `${int(w.msgPerSec)}${results.cpu[key]?.disturbed ? ' !' : ''}`, '-', '-', vs[key] ?? '']);
+      continue;
+    }
+    kinds.forEach(([kind, lat], i) => {
+      const label = kinds.length > 1 ? `${i === 0 ? key : ''} [${kind}]` : `${key} [${kind}]`;
+      const mark = results.cpu[key]?.disturbed ? ' !' : '';
+      rows.push([label.trimStart(), i === 0 ? `${int(w.msgPerSec)}${mark}` : '', ms(lat.p50Ms), ms(lat.p99Ms), i === 0 ? (vs[key] ?? '') : '']);
+    });
+  }
+  out.push('Throughput ([kind] = which request the latency is for; "!" = disturbed by other processes, see below)');
+  out.push(table(['workload', 'msg/s', 'p50 ms', 'p99 ms', 'vs BullMQ'], rows, [false, true, true, true, true]));
+
+  if (results.memory) {
+    const m = results.memory;
+    out.push('');
+    out.push(
+      `Redis memory: ${int(m.messages)} retained messages of ${m.dataBytes} B, ${m.subscriptions} subscriptions: ` +
+        `used_memory ${int(m.usedMemoryBefore)} -> ${int(m.usedMemoryAfter)} = ${m.bytesPerMessage.toFixed(1)} B/message`,
+    );
+    out.push(
+      `  MEMORY USAGE per message: ${Object.entries(m.breakdownBytesPerMessage)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+    );
+  }
+
+  const cpuRows = Object.entries(results.cpu).map(([phase, c]) => {
+    const top = Object.entries(c.redisCommands)
+      .slice(0, 3)
+      .map(([cmd, s]) => `${cmd} ${int(s.calls)}x${s.usecPerCall.toFixed(0)}us`)
+      .join(', ');
+    return [
+      phase,
+      c.wallSeconds.toFixed(2),
+      c.clientCpuSeconds.toFixed(2),
+      c.brokerCpuSeconds.toFixed(2),
+      c.redisCpuSeconds.toFixed(2),
+      `${c.otherCpuSeconds.toFixed(2)}${c.disturbed ? ' !' : ''}`,
+      top,
+    ];
+  });
+  if (cpuRows.length) {
+    out.push('');
+    out.push('CPU seconds per phase (2 cores shared by client, broker and Redis)');
+    out.push(
+      table(
+        ['phase', 'wall s', 'client', 'broker', 'redis', 'other', 'top Redis commands (calls x usec/call)'],
+        cpuRows,
+        [false, true, true, true, true, true, false],
+      ),
+    );
+    out.push(
+      `  ("other" = busy CPU of other processes during the phase; "!" = over ${DISTURBED_SHARE * 100}% of all cores: that phase's figures are depressed)`,
+    );
+  }
+
+  out.push('');
+  const b = results.broker;
+  const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  const parts = b.atMaxRss ? ` (anon ${mib(b.atMaxRss.anon)}, file ${mib(b.atMaxRss.file)})` : '';
+  const peakPhase = Object.entries(b.maxRssBytesPerPhase).sort((x, y) => y[1] - x[1])[0]?.[0];
+  out.push(
+    b.rssSamples === 0
+      ? `Broker (${b.entry}): no RSS samples (it never came up)`
+      : `Broker (${b.entry}${b.standIn ? ', STAND-IN: src/server.ts is missing' : ''}): max RSS ${mib(b.maxRssBytes)}${parts} ` +
+          `during "${peakPhase}", ${mib(b.maxRssBytesPerPhase['idle after start'] ?? 0)} idle after start, ${b.rssSamples} samples; ` +
+          `Redis max RSS ${mib(results.redis.maxRssBytes)}`,
+  );
+  const disturbed = Object.entries(results.cpu).filter(([, c]) => c.disturbed).map(([phase]) => phase);
+  if (disturbed.length) {
+    out.push(`WARNING: other processes competed for the CPU during: ${disturbed.join('; ')}. Re-run on a quiet machine.`);
+  }
+  out.push('');
+  out.push('Bars');
+  out.push(
+    table(
+      ['bar', 'target', 'actual', 'result'],
+      results.bars.map((bar) => [bar.name, bar.target, bar.actual, bar.status]),
+      [false, false, true, false],
+    ),
+  );
+  if (results.error) out.push(`\nERROR: ${results.error}`);
+  return out.join('\n');
+}
+
+function fmtRatio(value: number | null | undefined): string | undefined {
+  return value === null || value === undefined ? undefined : `${value.toFixed(2)}x`;
+}
+
+export function writeResults(file: string, results: BenchResults): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
+}

@@ -1,0 +1,375 @@
+/**
+ * `npm run bench`: starts a private redis-server and the broker (a child process), runs the
+ * broker workloads and the BullMQ baseline against the same Redis, prints a table with
+ * PASS/FAIL bars, and writes bench/results/latest.json. See bench/config.ts for settings.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import {
+  createTopic,
+  deleteTopic,
+  memoryWorkload,
+  publishWorkload,
+  pullAckWorkload,
+  type ThroughputResult,
+} from './broker-workloads.ts';
+import { bullmqAddWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
+import { loadBenchConfig, type WorkloadName } from './config.ts';
+import { HttpClient } from './http.ts';
+import { publishBodies, randomPayloads } from './payloads.ts';
+import {
+  cleanup,
+  cleanupSync,
+  defaultBrokerEntry,
+  onCleanup,
+  sampleRss,
+  startBroker,
+  startRedis,
+  type BrokerProcess,
+  type RedisServer,
+  type RssSampler,
+} from './processes.ts';
+import {
+  computeBars,
+  computeRatios,
+  DISTURBED_SHARE,
+  KEYS,
+  renderReport,
+  writeResults,
+  type BenchResults,
+  type PhaseCpu,
+} from './report.ts';
+
+const KEY_PREFIX = 'bench';
+const config = loadBenchConfig();
+const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
+
+// ------------------------------------------------------------------ exit handling
+
+process.on('exit', cleanupSync);
+let interrupted = false;
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(signal, () => {
+    if (interrupted) {
+      cleanupSync();
+      process.exit(130);
+    }
+    interrupted = true;
+    log(`${signal}: stopping children and removing temp dirs...`);
+    cleanup().finally(() => process.exit(130));
+  });
+}
+
+// ------------------------------------------------------------------ CPU accounting
+
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+function processCpuSeconds(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  } catch {
+    return 0;
+  }
+}
+
+/** Busy CPU seconds of the whole machine (all processes), from /proc/stat. */
+function machineBusySeconds(): number {
+  try {
+    const fields = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    const [user, nice, system, , , irq, softirq, steal] = fields;
+    return (user + nice + system + irq + softirq + (steal ?? 0)) / CLK_TCK;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * On a shared machine: waits (up to `maxMs`) until other processes use less than
+ * DISTURBED_SHARE of the cores over a 1 s window, so a phase does not start in someone
+ * else's burst. Our own children are idle between phases, so all busy time counts.
+ */
+async function waitForQuiet(maxMs: number, ownCpu: () => number): Promise<number> {
+  const started = Date.now();
+  const capacity = os.cpus().length;
+  for (;;) {
+    const busy0 = machineBusySeconds();
+    const own0 = ownCpu();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const share = (machineBusySeconds() - busy0 - (ownCpu() - own0)) / capacity;
+    const waited = Date.now() - started;
+    if (share < DISTURBED_SHARE || waited >= maxMs) return share;
+  }
+}
+
+function clientCpuSeconds(): number {
+  const usage = process.cpuUsage();
+  return (usage.user + usage.system) / 1e6;
+}
+
+function parseCommandstats(info: string): PhaseCpu['redisCommands'] {
+  const stats: PhaseCpu['redisCommands'] = {};
+  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/gm)) {
+    stats[match[1]] = { calls: Number(match[2]), usec: Number(match[3]), usecPerCall: Number(match[4]) };
+  }
+  return Object.fromEntries(Object.entries(stats).sort((a, b) => b[1].usec - a[1].usec).slice(0, 8));
+}
+
+/** The commit under test, "+dirty" when src/ or routes/ have uncommitted changes. */
+function gitDescribe(): string | undefined {
+  try {
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'routes'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    return dirty ? `${commit}+dirty` : commit;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The slowest commands of the run (threshold 10 ms), script names guessed from their keys. */
+async function readSlowlog(redis: RedisServer): Promise<NonNullable<BenchResults['redis']['slowlog']>> {
+  const entries = (await redis.admin.call('SLOWLOG', 'GET', '10')) as [number, number, number, string[]][];
+  return entries
+    .map(([, , usec, args]) => ({
+      usec,
+      command: args
+        .slice(0, 4)
+        .map((arg) => (arg.length > 60 ? `${arg.slice(0, 60)}...` : arg))
+        .join(' '),
+    }))
+    .sort((a, b) => b.usec - a.usec);
+}
+
+// ------------------------------------------------------------------ main
+
+async function main(): Promise<void> {
+  const { entry, standIn } = config.brokerEntry
+    ? { entry: config.brokerEntry, standIn: config.brokerEntry.startsWith('bench/') }
+    : defaultBrokerEntry();
+  if (standIn) log(`src/server.ts not found: running the broker from ${entry} (a child process all the same)`);
+  const n = config.messages;
+  const c = config.concurrency;
+  const runs = (name: WorkloadName) => config.only.has(name);
+  const results: BenchResults = {
+    startedAt: new Date().toISOString(),
+    config: {
+      messages: n,
+      concurrency: c,
+      memoryMessages: config.memoryMessages,
+      warmupMessages: config.warmupMessages,
+      bullmqWorkerConcurrency: config.bullmqConcurrency,
+      publishBatch: config.publishBatch,
+      pullMaxMessages: config.pullMax,
+      dataBytes: config.dataBytes,
+      only: [...config.only],
+      brokerNodeArgs: config.brokerNodeArgs,
+    },
+    environment: {
+      node: process.version,
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model,
+      platform: `${os.platform()} ${os.release()}`,
+      commit: gitDescribe(),
+    },
+    workloads: {},
+    ratios: {},
+    broker: { entry, standIn, maxRssBytes: 0, rssSamples: 0, maxRssBytesPerPhase: {} },
+    redis: { maxRssBytes: 0 },
+    cpu: {},
+    bars: [],
+  };
+
+  let redis: RedisServer | undefined;
+  let broker: BrokerProcess | undefined;
+  let brokerRss: RssSampler | undefined;
+  let redisRss: RssSampler | undefined;
+  try {
+    redis = await startRedis(config.redisServer);
+    results.environment.redis = redis.version;
+    log(`redis-server ${redis.version} on port ${redis.port} (pid ${redis.pid}, dir ${redis.dir})`);
+    broker = await startBroker({ redisUrl: redis.url, entry, nodeArgs: config.brokerNodeArgs, keyPrefix: KEY_PREFIX });
+    log(`broker ${entry} on port ${broker.port} (pid ${broker.pid})`);
+    brokerRss = sampleRss(broker.pid);
+    redisRss = sampleRss(redis.pid);
+    brokerRss.phase('idle after start');
+
+    const client = new HttpClient(broker.baseUrl, c + 2);
+    onCleanup(() => client.close());
+    const bodies = publishBodies(64, config.publishBatch, config.dataBytes);
+    const admin = redis.admin;
+    const brokerPid = broker.pid;
+    const redisPid = redis.pid;
+
+    const measure = async <T>(phase: string, fn: () => Promise<T>): Promise<T> => {
+      if (interrupted) throw new Error('interrupted');
+      if (config.quietWaitMs > 0) {
+        const ownCpu = () => processCpuSeconds(brokerPid) + processCpuSeconds(redisPid) + clientCpuSeconds();
+        const waitStarted = Date.now();
+        const share = await waitForQuiet(config.quietWaitMs, ownCpu);
+        const waited = ((Date.now() - waitStarted) / 1000).toFixed(0);
+        if (share >= DISTURBED_SHARE) log(`other processes still use ${(share * 100).toFixed(0)}% of the CPU after ${waited} s; measuring anyway`);
+        else if (Date.now() - waitStarted > 1500) log(`waited ${waited} s for other processes to quiet down`);
+      }
+      log(`${phase}...`);
+      brokerRss!.phase(phase);
+      await admin.config('RESETSTAT');
+      const before = {
+        wall: performance.now(),
+        broker: processCpuSeconds(brokerPid),
+        redis: processCpuSeconds(redisPid),
+        client: clientCpuSeconds(),
+        machine: machineBusySeconds(),
+      };
+      const value = await fn();
+      const brokerCpuSeconds = processCpuSeconds(brokerPid) - before.broker;
+      const redisCpuSeconds = processCpuSeconds(redisPid) - before.redis;
+      const clientCpu = clientCpuSeconds() - before.client;
+      const wallSeconds = (performance.now() - before.wall) / 1000;
+      const otherCpuSeconds = Math.max(0, machineBusySeconds() - before.machine - brokerCpuSeconds - redisCpuSeconds - clientCpu);
+      results.cpu[phase] = {
+        wallSeconds,
+        brokerCpuSeconds,
+        redisCpuSeconds,
+        clientCpuSeconds: clientCpu,
+        otherCpuSeconds,
+        disturbed: otherCpuSeconds > DISTURBED_SHARE * os.cpus().length * wallSeconds,
+        redisCommands: parseCommandstats(await admin.info('commandstats')),
+      };
+      brokerRss!.phase('between phases');
+      return value;
+    };
+    const record = (key: string, result: ThroughputResult) => {
+      results.workloads[key] = { ...result, workload: key };
+      log(`  ${key}: ${Math.round(result.msgPerSec).toLocaleString('en-US')} msg/s in ${result.seconds.toFixed(2)} s`);
+    };
+    const roundToBatch = (count: number) => Math.max(config.publishBatch, Math.ceil(count / config.publishBatch) * config.publishBatch);
+    const messages = roundToBatch(n);
+
+    const publishAndDrain = async (topicId: string, subscriptionId: string, exactlyOnce: boolean, publishKey: string, pullKey: string | undefined) => {
+      await createTopic(client, topicId, [{ id: subscriptionId, exactlyOnce }]);
+      record(
+        publishKey,
+        await measure(publishKey, () =>
+          publishWorkload({ workload: publishKey, client, topicId, messages, batch: config.publishBatch, concurrency: c, bodies, timeoutMs: config.timeoutMs }),
+        ),
+      );
+      if (!pullKey) return;
+      record(
+        pullKey,
+        await measure(pullKey, () =>
+          pullAckWorkload({ workload: pullKey, client, subscriptionId, messages, maxMessages: config.pullMax, concurrency: c, timeoutMs: config.timeoutMs }),
+        ),
+      );
+    };
+
+    // Warm-up: JIT, connection pools, script cache. Not reported.
+    if (config.warmupMessages > 0) {
+      const warm = roundToBatch(config.warmupMessages);
+      log(`warm-up (${warm} messages)...`);
+      brokerRss.phase('warm-up');
+      await createTopic(client, 'warmup', [{ id: 'warmup' }, { id: 'warmup-eo', exactlyOnce: true }]);
+      await publishWorkload({ workload: 'warm-up', client, topicId: 'warmup', messages: warm, batch: config.publishBatch, concurrency: c, bodies, timeoutMs: config.timeoutMs });
+      for (const id of ['warmup', 'warmup-eo']) {
+        await pullAckWorkload({ workload: 'warm-up', client, subscriptionId: id, messages: warm, maxMessages: config.pullMax, concurrency: c, timeoutMs: config.timeoutMs });
+      }
+      await deleteTopic(client, 'warmup', ['warmup', 'warmup-eo']);
+    }
+
+    if (runs('publish') || runs('pull')) await publishAndDrain('bench-1sub', 'bench-1sub', false, KEYS.publish, runs('pull') ? KEYS.pull : undefined);
+    if (runs('eo')) await publishAndDrain('bench-eo', 'bench-eo', true, KEYS.publishEo, KEYS.pullEo);
+    if (runs('publish2')) {
+      await createTopic(client, 'bench-2subs', [{ id: 'bench-2subs-a' }, { id: 'bench-2subs-b' }]);
+      record(
+        KEYS.publish2,
+        await measure(KEYS.publish2, () =>
+          publishWorkload({ workload: KEYS.publish2, client, topicId: 'bench-2subs', messages, batch: config.publishBatch, concurrency: c, bodies, timeoutMs: config.timeoutMs }),
+        ),
+      );
+      await deleteTopic(client, 'bench-2subs', ['bench-2subs-a', 'bench-2subs-b']);
+    }
+    if (runs('memory')) {
+      const memory = await measure('memory (2 subs, retained)', () =>
+        memoryWorkload({
+          client,
+          admin,
+          keyPrefix: KEY_PREFIX,
+          topicId: 'bench-memory',
+          subscriptionIds: ['bench-memory-a', 'bench-memory-b'],
+          messages: roundToBatch(config.memoryMessages),
+          batch: config.publishBatch,
+          concurrency: c,
+          bodies,
+          timeoutMs: config.timeoutMs,
+        }),
+      );
+      const { publish: _publish, ...rest } = memory;
+      results.memory = rest;
+      log(`  ${memory.bytesPerMessage.toFixed(1)} B per retained message`);
+    }
+
+    if (runs('bullmq')) {
+      const target = { host: '127.0.0.1', port: redis.port };
+      const payloads = randomPayloads(6400, config.dataBytes);
+      if (config.warmupMessages > 0) {
+        const warm = roundToBatch(config.warmupMessages);
+        log(`BullMQ warm-up (${warm} jobs)...`);
+        await bullmqAddWorkload({ workload: 'warm-up', target, queueName: 'warmup', messages: warm, batch: config.publishBatch, concurrency: c, payloads, timeoutMs: config.timeoutMs });
+        await bullmqProcessWorkload({ workload: 'warm-up', target, queueName: 'warmup', messages: warm, concurrency: config.bullmqConcurrency, timeoutMs: config.timeoutMs });
+      }
+      record(
+        KEYS.bullAdd,
+        await measure(KEYS.bullAdd, () =>
+          bullmqAddWorkload({ workload: KEYS.bullAdd, target, queueName: 'bench', messages, batch: config.publishBatch, concurrency: c, payloads, timeoutMs: config.timeoutMs }),
+        ),
+      );
+      record(
+        KEYS.bullProcess,
+        await measure(KEYS.bullProcess, () =>
+          bullmqProcessWorkload({ workload: KEYS.bullProcess, target, queueName: 'bench', messages, concurrency: config.bullmqConcurrency, timeoutMs: config.timeoutMs }),
+        ),
+      );
+    }
+  } catch (error) {
+    results.error = (error as Error).stack ?? String(error);
+    process.exitCode = 1;
+  } finally {
+    brokerRss?.stop();
+    redisRss?.stop();
+    if (brokerRss) {
+      results.broker.maxRssBytes = brokerRss.maxBytes;
+      const atMax = brokerRss.atMax;
+      if (atMax) results.broker.atMaxRss = { anon: atMax.anon, file: atMax.file, shmem: atMax.shmem };
+      results.broker.rssSamples = brokerRss.samples;
+      results.broker.maxRssBytesPerPhase = brokerRss.perPhaseMaxBytes;
+    }
+    if (redisRss) results.redis.maxRssBytes = redisRss.maxBytes;
+    if (redis) results.redis.slowlog = await readSlowlog(redis).catch(() => undefined);
+    // A graceful stop lets `--cpu-prof` in BENCH_BROKER_NODE_ARGS write its profile.
+    await broker?.stop().catch(() => {});
+    await cleanup();
+  }
+
+  results.finishedAt = new Date().toISOString();
+  computeRatios(results);
+  computeBars(results);
+  process.stdout.write(`\n${renderReport(results)}\n`);
+  writeResults(config.resultsFile, results);
+  log(`results written to ${config.resultsFile}`);
+  // BENCH_STRICT=1: a failed bar fails the run (for CI); otherwise only errors do.
+  if (process.env.BENCH_STRICT === '1' && results.bars.some((bar) => bar.status === 'FAIL')) {
+    process.exitCode = process.exitCode || 2;
+  }
+}
+
+await main();
+// Everything is closed by now; do not let a stray client handle keep the run from ending.
+process.exit();
