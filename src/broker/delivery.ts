@@ -320,10 +320,12 @@ function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
   }
   let totalBytes = 0;
   const bodies = messages.map((message, index) => {
-    const data = decodeData(message.data ?? '', index);
     const attributes = message.attributes ?? {};
     const attributeNames = Object.keys(attributes);
-    if (data.length === 0 && attributeNames.length === 0) {
+    const orderingKey = message.orderingKey ?? '';
+    const stored = packMessage(message.data ?? '', attributes, orderingKey);
+    if (!stored) throw invalidArgument(`Message ${index}: "data" is not valid base64.`);
+    if (stored.dataBytes === 0 && attributeNames.length === 0) {
       throw invalidArgument(
         'One or more messages in the publish request is empty. Each message must contain either non-empty data, or at least one attribute.',
       );
@@ -331,7 +333,7 @@ function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
     if (attributeNames.length > MAX_ATTRIBUTES) {
       throw invalidArgument(`Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`);
     }
-    totalBytes += data.length;
+    totalBytes += stored.dataBytes;
     for (const key of attributeNames) {
       const keyBytes = Buffer.byteLength(key);
       const valueBytes = Buffer.byteLength(attributes[key]);
@@ -346,12 +348,11 @@ function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
       }
       totalBytes += keyBytes + valueBytes;
     }
-    const orderingKey = message.orderingKey ?? '';
     if (Buffer.byteLength(orderingKey) > MAX_ORDERING_KEY_BYTES) {
       throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
     }
     totalBytes += Buffer.byteLength(orderingKey);
-    return packMessage(data, attributes, orderingKey);
+    return stored.packed;
   });
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
@@ -359,17 +360,3 @@ function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
   return bodies;
 }
 
-/**
- * proto3 JSON bytes: standard or URL-safe base64, with or without padding. Node's decoder reads
- * both alphabets and skips anything else, so a string is well-formed exactly when it decodes to
- * the length its size implies (this costs no more than the decoding we need anyway).
- */
-function decodeData(data: string, index: number): Buffer {
-  const padding = data.endsWith('==') ? 2 : data.endsWith('=') ? 1 : 0;
-  const length = data.length - padding;
-  const decoded = Buffer.from(data, 'base64');
-  const wellFormed =
-    length % 4 !== 1 && (padding === 0 || data.length % 4 === 0) && decoded.length === Math.floor((length * 3) / 4);
-  if (!wellFormed) throw invalidArgument(`Message ${index}: "data" is not valid base64.`);
-  return decoded;
-}

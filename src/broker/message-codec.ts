@@ -15,12 +15,29 @@ export interface StoredMessage {
 
 const TIME_DIGITS = 16;
 
-export function packMessage(data: Buffer, attributes?: Record<string, string>, orderingKey?: string): Buffer {
+/**
+ * Packs a message whose data arrives as base64 (proto3 JSON bytes: standard or URL-safe alphabet,
+ * with or without padding), decoding it straight into the stored buffer. Node's decoder reads
+ * both alphabets and skips anything else, so the data is well-formed exactly when it decodes to
+ * the length its size implies. Returns undefined when it is not valid base64.
+ */
+export function packMessage(
+  base64Data: string,
+  attributes?: Record<string, string>,
+  orderingKey?: string,
+): { packed: Buffer; dataBytes: number } | undefined {
+  const padding = base64Data.endsWith('==') ? 2 : base64Data.endsWith('=') ? 1 : 0;
+  const length = base64Data.length - padding;
+  if (length % 4 === 1 || (padding > 0 && base64Data.length % 4 !== 0)) return undefined;
+  const dataBytes = Math.floor((length * 3) / 4);
   const hasMeta = (attributes && Object.keys(attributes).length > 0) || orderingKey;
-  const meta = hasMeta ? Buffer.from(JSON.stringify([attributes ?? {}, orderingKey ?? ''])) : Buffer.alloc(0);
-  const header = Buffer.allocUnsafe(4);
-  header.writeUInt32BE(meta.length, 0);
-  return Buffer.concat([header, meta, data]);
+  const meta = hasMeta ? Buffer.from(JSON.stringify([attributes ?? {}, orderingKey ?? ''])) : undefined;
+  const dataStart = 4 + (meta?.length ?? 0);
+  const packed = Buffer.allocUnsafe(dataStart + dataBytes);
+  packed.writeUInt32BE(meta?.length ?? 0, 0);
+  meta?.copy(packed, 4);
+  if (packed.write(base64Data, dataStart, 'base64') !== dataBytes) return undefined;
+  return { packed, dataBytes };
 }
 
 export function unpackMessage(stored: Buffer): StoredMessage {
