@@ -1,9 +1,10 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { unavailable } from '../src/errors.ts';
+import { packagePath } from '../src/paths.ts';
 import type { RouteOptions } from './index.ts';
 
-const OPENAPI_DOCUMENT = readFileSync(new URL('../openapi.yaml', import.meta.url), 'utf8');
+const OPENAPI_DOCUMENT = readFileSync(packagePath('openapi.yaml'), 'utf8');
 
 export async function healthRoutes(app: FastifyInstance, { broker }: RouteOptions): Promise<void> {
   /** The process is up (liveness). */

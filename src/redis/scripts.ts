@@ -1,6 +1,6 @@
 import { readFileSync, readdirSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { Cluster, Redis } from 'ioredis';
+import { packagePath } from '../paths.ts';
 
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
@@ -10,7 +10,7 @@ import type { Cluster, Redis } from 'ioredis';
  */
 export type RedisClient = Redis | Cluster;
 
-const LUA_DIR = fileURLToPath(new URL('../lua/', import.meta.url));
+const LUA_DIR = packagePath('src', 'lua') + '/';
 const PRELUDE_FILE = 'prelude.lua';
 
 export const SCRIPT_NAMES = [
