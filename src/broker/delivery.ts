@@ -108,11 +108,12 @@ export class DeliveryService {
         // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
         const sleepMs = nextDueUs === undefined ? remainingMs : Math.min(remainingMs, Math.ceil(nextDueUs / 1000) + 1);
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, sleepMs);
           const stop = () => {
             clearTimeout(timer);
+            cancelled.removeEventListener('abort', stop);
             resolve();
           };
+          const timer = setTimeout(stop, sleepMs);
           waiter.woken.then(stop);
           cancelled.addEventListener('abort', stop, { once: true });
         });
