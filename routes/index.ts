@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Broker } from '../src/app.ts';
+import { exampleRoutes } from './examples.ts';
 import { healthRoutes } from './health.ts';
 import { streamingRoutes } from './streaming.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
@@ -14,6 +15,7 @@ export async function registerRoutes(app: FastifyInstance, options: RouteOptions
   await app.register(topicRoutes, options);
   await app.register(subscriptionRoutes, options);
   await app.register(streamingRoutes, options);
+  await app.register(exampleRoutes);
 }
 
 /** Path prefixes. Resource IDs never contain ':' or '/', so a custom verb follows the last ':'. */
