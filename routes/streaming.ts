@@ -26,7 +26,11 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
     },
     wsHandler: (socket: WebSocket, request) => {
       const transport = {
-        send: (frame: object) => socket.send(JSON.stringify(frame)),
+        send: (frame: object) => {
+          if (socket.readyState !== socket.OPEN) return false;
+          socket.send(JSON.stringify(frame));
+          return true;
+        },
         close: (code: number, reason: string) => socket.close(code, reason),
       };
       let session: StreamingSession;

@@ -121,7 +121,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // Long polls and streams end first, so that closing does not wait for them.
   app.addHook('preClose', async () => {
-    streams.closeAll();
+    await streams.closeAll();
     delivery.close();
     await wakeups.close();
   });
@@ -129,10 +129,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (!options.subscriber) subscriber.disconnect();
   });
 
-  if (options.onRequest) app.addHook('onRequest', options.onRequest);
   // Twice the frame limit, so that the stream itself can answer an oversize frame with a
   // Pub/Sub error; beyond that the WebSocket layer closes with 1009.
   await app.register(websocket, { options: { maxPayload: 2 * MAX_STREAM_FRAME_BYTES } });
+  // After the WebSocket plugin: its own hook must see an upgrade first, or a refused upgrade's
+  // socket is never cleaned up (and close() waits for it forever).
+  if (options.onRequest) app.addHook('onRequest', options.onRequest);
   await app.register(registerRoutes, { broker: app.broker });
   return app;
 }

@@ -15,7 +15,8 @@ import type { Wakeups } from './wakeups.ts';
  * may come on the stream; on exactly-once subscriptions each is confirmed per ack ID.
  */
 export interface StreamTransport {
-  send(frame: object): void;
+  /** Sends a frame; false when the transport is no longer open (the frame is lost). */
+  send(frame: object): boolean;
   /** Ends the stream with a close code and a reason in the Pub/Sub error shape. */
   close(code: number, reason: string): void;
 }
@@ -48,6 +49,8 @@ interface Outstanding {
   bytes: number;
   /** When the lease runs out by this node's clock: only for flow-control accounting. */
   expiresAtMs: number;
+  orderingKey?: string;
+  seq: number;
 }
 
 interface Properties {
@@ -63,6 +66,8 @@ export class StreamingSession {
   private readonly outstanding = new Map<string, Outstanding>();
   private sentProperties?: Properties;
   private closed = false;
+  /** Ended by a protocol error: later frames are not acted on. */
+  private failed = false;
   private lastSentAt = Date.now();
   private heartbeat?: NodeJS.Timeout;
   /** Frames are handled one at a time, in arrival order. */
@@ -84,16 +89,25 @@ export class StreamingSession {
     this.queue = this.queue.then(() => this.handle(text)).catch((error) => this.fail(error));
   }
 
-  /** The transport went away: stop delivering. Leases of what is outstanding run out by themselves. */
+  /**
+   * The transport went away: stop delivering. Frames that arrived before still count (acks sent
+   * just before a close must take effect); leases of what is outstanding run out by themselves.
+   */
   stop(): void {
     this.closed = true;
     clearInterval(this.heartbeat);
     this.nudge();
   }
 
+  /** Resolves when every frame received so far has been handled. */
+  drained(): Promise<void> {
+    return this.queue;
+  }
+
   /** Ends the stream with an error (also used for shutdown: UNAVAILABLE makes clients reconnect). */
   fail(error: unknown): void {
     if (this.closed) return;
+    this.failed = true;
     const apiError = error instanceof ApiError ? error : unavailable('The stream failed; reconnect.');
     this.send({ error: apiError.toEnvelope().error });
     this.stop();
@@ -101,7 +115,9 @@ export class StreamingSession {
   }
 
   private async handle(text: string): Promise<void> {
-    if (this.closed) return;
+    // Frames that arrived before a plain close still count (acks sent just before closing must
+    // take effect); after a protocol error, or before the stream started, nothing more is done.
+    if (this.failed || (this.closed && !this.record)) return;
     let json: unknown;
     try {
       json = JSON.parse(text);
@@ -132,6 +148,9 @@ export class StreamingSession {
     this.record = (await this.subscriptions.read(this.name)).record;
     this.sendProperties();
     this.heartbeat = setInterval(() => {
+      // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
+      // subscriptionProperties) or a delete (closed with NOT_FOUND) without a publish.
+      this.queue = this.queue.then(() => this.refreshRecord()).catch((error) => this.fail(error));
       if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
     }, Math.max(10, Math.floor(this.options.heartbeatMs / 2)));
     this.heartbeat.unref();
@@ -173,6 +192,7 @@ export class StreamingSession {
     for (const [deadline, group] of bySeconds) {
       const outcome = await this.delivery.modifyDeliveries(this.record!, group, deadline);
       if (deadline === 0) {
+        if (this.record!.enableMessageOrdering) this.releaseCascaded(outcome.applied);
         this.release(outcome, ['PERMANENT_FAILURE_INVALID_ACK_ID']);
       } else {
         for (const ackId of outcome.applied) {
@@ -197,6 +217,26 @@ export class StreamingSession {
     if (released) this.nudge();
   }
 
+  /**
+   * A nacked keyed message sends the later outstanding messages of its key back to the broker
+   * (the ordering cascade): they no longer count against this stream's flow-control limits.
+   */
+  private releaseCascaded(nackedAckIds: string[]): void {
+    const firstNacked = new Map<string, number>();
+    for (const ackId of nackedAckIds) {
+      const entry = this.outstanding.get(ackId);
+      if (!entry?.orderingKey) continue;
+      const earliest = firstNacked.get(entry.orderingKey);
+      if (earliest === undefined || entry.seq < earliest) firstNacked.set(entry.orderingKey, entry.seq);
+    }
+    if (firstNacked.size === 0) return;
+    for (const [ackId, entry] of this.outstanding) {
+      const from = entry.orderingKey === undefined ? undefined : firstNacked.get(entry.orderingKey);
+      if (from !== undefined && entry.seq > from) this.outstanding.delete(ackId);
+    }
+    this.nudge();
+  }
+
   private async deliverLoop(): Promise<void> {
     while (!this.closed) {
       this.forgetExpired();
@@ -210,9 +250,11 @@ export class StreamingSession {
       try {
         await this.refreshRecord();
         const { received, nextDueUs } = await this.delivery.pullOnce(this.record!, room, this.ackDeadlineSeconds);
-        if (this.closed) return;
         if (received.length > 0) {
-          this.deliver(received);
+          const undelivered = this.deliver(this.withinByteBudget(received));
+          // Leased but not handed to the client (over the byte budget, or the stream closed
+          // meanwhile): give them back at once instead of leaving them leased until the deadline.
+          if (undelivered.length > 0) await this.delivery.modifyDeliveries(this.record!, undelivered.map((m) => m.ackId), 0);
           continue;
         }
         const dueMs = nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1;
@@ -223,26 +265,42 @@ export class StreamingSession {
     }
   }
 
-  private deliver(received: ReceivedMessage[]): void {
-    const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
-    for (const message of received) {
-      const bytes = message.message.data ? Math.floor((message.message.data.length * 3) / 4) : 0;
-      this.outstanding.set(message.ackId, { bytes, expiresAtMs });
-    }
-    const frame: Record<string, unknown> = { receivedMessages: received };
+  /**
+   * Sends what fits and returns the messages that were not handed to the client. A pull cannot
+   * know sizes in advance, so the byte budget is applied here: one message may cross it.
+   */
+  private deliver(received: { fits: ReceivedMessage[]; over: ReceivedMessage[] }): ReceivedMessage[] {
+    if (this.closed || received.fits.length === 0) return [...received.fits, ...received.over];
+    const frame: Record<string, unknown> = { receivedMessages: received.fits };
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) frame.subscriptionProperties = properties;
-    this.send(frame);
+    if (!this.send(frame)) return [...received.fits, ...received.over];
     this.sentProperties = properties;
+    const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
+    for (const message of received.fits) {
+      const { orderingKey, messageId } = message.message;
+      this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq: Number(messageId) });
+    }
+    return received.over;
+  }
+
+  private withinByteBudget(received: ReceivedMessage[]): { fits: ReceivedMessage[]; over: ReceivedMessage[] } {
+    if (this.maxBytes === 0) return { fits: received, over: [] };
+    let bytes = this.outstandingBytes();
+    let count = 0;
+    while (count < received.length && bytes < this.maxBytes) bytes += messageBytes(received[count++]);
+    return { fits: received.slice(0, count), over: received.slice(count) };
+  }
+
+  private outstandingBytes(): number {
+    let bytes = 0;
+    for (const entry of this.outstanding.values()) bytes += entry.bytes;
+    return bytes;
   }
 
   /** How many messages may be sent now (0 = at a flow-control limit). */
   private room(): number {
-    if (this.maxBytes > 0) {
-      let bytes = 0;
-      for (const entry of this.outstanding.values()) bytes += entry.bytes;
-      if (bytes >= this.maxBytes) return 0;
-    }
+    if (this.maxBytes > 0 && this.outstandingBytes() >= this.maxBytes) return 0;
     if (this.maxMessages === 0) return MAX_PULL_MESSAGES;
     return Math.max(0, Math.min(MAX_PULL_MESSAGES, this.maxMessages - this.outstanding.size));
   }
@@ -289,12 +347,16 @@ export class StreamingSession {
     this.send({ subscriptionProperties: this.sentProperties });
   }
 
-  private send(frame: object): void {
-    if (this.closed) return;
+  private send(frame: object): boolean {
+    if (this.closed) return false;
     this.lastSentAt = Date.now();
-    this.transport.send(frame);
+    return this.transport.send(frame);
   }
 }
+
+/** Flow-control size of a message: its data bytes (from the base64 length). */
+const messageBytes = (message: ReceivedMessage) =>
+  message.message.data ? Math.floor((message.message.data.length * 3) / 4) : 0;
 
 function checkStreamAckDeadline(seconds: number): number {
   if (seconds < 10 || seconds > 600) throw invalidArgument('streamAckDeadlineSeconds must be between 10 and 600.');

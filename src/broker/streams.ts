@@ -5,7 +5,11 @@ import { StreamingSession, type StreamTransport } from './streaming.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import type { Wakeups } from './wakeups.ts';
 
-/** The streaming sessions of this node, so that shutdown can end them (clients then reconnect). */
+/**
+ * The streaming sessions of this node, so that shutdown can end them (clients then reconnect).
+ * A closed session stays here until the frames it had received are applied: acks a client sent
+ * just before closing still take effect, and shutdown waits for them before Redis goes away.
+ */
 export class StreamRegistry {
   private readonly sessions = new Set<StreamingSession>();
 
@@ -26,12 +30,18 @@ export class StreamRegistry {
 
   closed(session: StreamingSession): void {
     session.stop();
-    this.sessions.delete(session);
+    void session.drained().then(() => this.sessions.delete(session));
+  }
+
+  /** Resolves once every closed session has applied the frames it received. */
+  async settled(): Promise<void> {
+    await Promise.all([...this.sessions].map((session) => session.drained()));
   }
 
   /** Ends every stream with UNAVAILABLE, which official clients treat as "reconnect". */
-  closeAll(): void {
+  async closeAll(): Promise<void> {
     for (const session of this.sessions) session.fail(unavailable('The server is shutting down; reconnect.'));
+    await this.settled();
     this.sessions.clear();
   }
 }
