@@ -19,6 +19,7 @@
 //   MESSAGES=5000 STEPS=6000 SEED=... npx tap ...                   # a longer run
 import { randomInt } from 'node:crypto';
 import t, { type Test } from 'tap';
+import { seededRandom } from '../helpers/random.ts';
 import { AckIdCodec } from '../../src/broker/ack-id.ts';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { resourceName } from '../../src/broker/names.ts';
@@ -37,28 +38,6 @@ const MAX_PROBLEMS = 50;
 
 t.comment(`exactly-once property test: SEED=${SEED} MESSAGES=${MESSAGES} STEPS=${STEPS} ROUNDS=${ROUNDS}`);
 
-/** mulberry32: small, fast, good enough to drive a schedule. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)); // inclusive
-  const pick = <T>(items: T[]): T => items[Math.floor(next() * items.length)];
-  const chance = (p: number) => next() < p;
-  /** k distinct items, biased towards the end of the list (the freshest ack IDs). */
-  const someOf = <T>(items: T[], k: number, recentBias = false): T[] => {
-    const pool = recentBias ? items.slice(-Math.max(k * 2, 1)) : items.slice();
-    const out: T[] = [];
-    while (out.length < k && pool.length > 0) out.push(pool.splice(Math.floor(next() * pool.length), 1)[0]);
-    return out;
-  };
-  return { next, int, pick, chance, someOf };
-}
 
 type DeliveryState = 'leased' | 'nacked' | 'acked' | 'superseded';
 
@@ -104,7 +83,7 @@ for (const target of redisTargets()) {
 }
 
 async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: number) {
-  const rnd = prng(seed);
+  const rnd = seededRandom(seed);
   const clock = new ManualClock();
   const broker = await startBroker(t, { target, clock, name: 'eod-property' });
   const api = broker.api;

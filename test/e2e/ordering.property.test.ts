@@ -9,6 +9,7 @@
 // and at the end every message was acked exactly once, each key's acks in publish order.
 
 import t from 'tap';
+import { seededRandom } from '../helpers/random.ts';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
@@ -20,15 +21,6 @@ const STEPS = 700;
 const CONSUMERS = 4;
 const ACK_DEADLINE = 10;
 
-function prng(seed: number) {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 4294967296;
-  };
-}
 
 interface Lease {
   ackId: string;
@@ -152,7 +144,7 @@ for (const exactlyOnce of [false, true]) {
     t.test(`ordered${exactlyOnce ? ' + exactly-once' : ''} on ${target.name} (SEED=${SEED})`, async (t) => {
       const clock = new ManualClock();
       const broker = await startBroker(t, { target, clock, name: 'ordering' });
-      const random = prng(SEED + (exactlyOnce ? 1 : 0));
+      const random = seededRandom(SEED + (exactlyOnce ? 1 : 0)).next;
       const topic = '/v1/projects/p/topics/ordered';
       const sub = '/v1/projects/p/subscriptions/ordered-sub';
       t.equal((await broker.api('PUT', topic, {})).status, 200);

@@ -33,6 +33,7 @@
 
 import { randomInt } from 'node:crypto';
 import t, { type Test } from 'tap';
+import { seededRandom } from '../helpers/random.ts';
 import { call, startBrokerProcess, stopProcess, type BrokerProcess } from '../helpers/processes.ts';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
 import { generationOf, hasMessages, isHeartbeat, sleep, StreamClient, type ReceivedMessage } from './_ws.ts';
@@ -54,23 +55,7 @@ const P = 'mp-stream';
 
 t.comment(`multi-process streaming test: SEED=${SEED} MESSAGES=${MESSAGES}`);
 
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    next,
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-    pick: <T>(items: T[]): T => items[Math.floor(next() * items.length)],
-    chance: (p: number) => next() < p,
-  };
-}
-const rnd = prng(SEED);
+const rnd = seededRandom(SEED);
 const b64 = (text: string) => Buffer.from(text).toString('base64');
 const unb64 = (data: string | undefined) => Buffer.from(data ?? '', 'base64').toString();
 
