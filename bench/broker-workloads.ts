@@ -1,6 +1,6 @@
 /**
- * Workloads against the broker over HTTP (Pub/Sub REST v1): publish, pull+ack on a backlog,
- * and the Redis memory cost of a retained message.
+ * Workloads against the broker over HTTP (Pub/Sub REST v1): publish (optionally with ordering
+ * keys), pull+ack on a backlog, and the Redis memory cost of a retained message.
  */
 import type { Redis } from 'ioredis';
 import { Keys } from '../src/redis/keys.ts';
@@ -22,10 +22,17 @@ export interface ThroughputResult {
 export interface SubscriptionSpec {
   id: string;
   exactlyOnce?: boolean;
+  ordered?: boolean;
 }
 
-const topicPath = (id: string) => `/v1/projects/${PROJECT}/topics/${id}`;
-const subscriptionPath = (id: string) => `/v1/projects/${PROJECT}/subscriptions/${id}`;
+/** A message as :pull (and streaming pull) returns it. */
+export interface PulledMessage {
+  ackId: string;
+  message: { messageId: string; data?: string; orderingKey?: string };
+}
+
+export const topicPath = (id: string) => `/v1/projects/${PROJECT}/topics/${id}`;
+export const subscriptionPath = (id: string) => `/v1/projects/${PROJECT}/subscriptions/${id}`;
 
 /** Creates a topic and its subscriptions (ack deadline 60 s, so nothing expires mid-run). */
 export async function createTopic(client: HttpClient, topicId: string, subscriptions: SubscriptionSpec[]): Promise<void> {
@@ -35,6 +42,7 @@ export async function createTopic(client: HttpClient, topicId: string, subscript
       topic: `projects/${PROJECT}/topics/${topicId}`,
       ackDeadlineSeconds: 60,
       ...(sub.exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
+      ...(sub.ordered ? { enableMessageOrdering: true } : {}),
     });
   }
 }
@@ -47,6 +55,11 @@ export async function deleteTopic(client: HttpClient, topicId: string, subscript
 /**
  * Publishes `messages` messages in requests of `bodies[i]` (each `batch` messages), from
  * `concurrency` concurrent publishers; rate = messages / wall time.
+ *
+ * Ordered publishing: `body(i)` builds request i (one ordering key per request) and
+ * `orderingKeyOf(i)` names its key; like the official clients, a key has at most one publish
+ * in flight, so the broker accepts a key's requests in request order. `onPublished` gets the
+ * message IDs of each request.
  */
 export async function publishWorkload(options: {
   workload: string;
@@ -57,8 +70,12 @@ export async function publishWorkload(options: {
   concurrency: number;
   bodies: Buffer[];
   timeoutMs: number;
+  body?: (index: number) => Buffer;
+  orderingKeyOf?: (index: number) => number;
+  onPublished?: (index: number, messageIds: string[]) => void;
 }): Promise<ThroughputResult> {
   const { client, batch, bodies } = options;
+  const inFlightByKey = new Map<number, Promise<unknown>>();
   const requests = Math.ceil(options.messages / batch);
   if (options.messages % batch !== 0) throw new Error(`message count ${options.messages} is not a multiple of ${batch}`);
   const path = `${topicPath(options.topicId)}:publish`;
@@ -68,14 +85,33 @@ export async function publishWorkload(options: {
     while (!stop()) {
       const index = next++;
       if (index >= requests) return;
-      const started = performance.now();
-      const response = await client.request('POST', path, bodies[index % bodies.length]);
-      latency.since(started);
-      if (response.status !== 200) {
-        throw new Error(`publish -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+      const key = options.orderingKeyOf?.(index);
+      let settled = () => {};
+      if (key !== undefined) {
+        const previous = inFlightByKey.get(key);
+        const mine = new Promise<void>((resolve) => {
+          settled = () => {
+            if (inFlightByKey.get(key) === mine) inFlightByKey.delete(key);
+            resolve();
+          };
+        });
+        inFlightByKey.set(key, mine);
+        if (previous) await previous;
       }
-      const ids = (JSON.parse(response.body.toString()) as { messageIds?: string[] }).messageIds;
-      if (ids?.length !== batch) throw new Error(`publish returned ${ids?.length} message IDs for ${batch} messages`);
+      try {
+        const body = options.body ? options.body(index) : bodies[index % bodies.length];
+        const started = performance.now();
+        const response = await client.request('POST', path, body);
+        latency.since(started);
+        if (response.status !== 200) {
+          throw new Error(`publish -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+        }
+        const ids = (JSON.parse(response.body.toString()) as { messageIds?: string[] }).messageIds;
+        if (ids?.length !== batch) throw new Error(`publish returned ${ids?.length} message IDs for ${batch} messages`);
+        options.onPublished?.(index, ids);
+      } finally {
+        settled();
+      }
     }
   });
   return {
@@ -101,6 +137,8 @@ export async function pullAckWorkload(options: {
   maxMessages: number;
   concurrency: number;
   timeoutMs: number;
+  /** Sees every pulled batch before it is acked (e.g. an ordering check). */
+  onBatch?: (batch: PulledMessage[]) => void;
 }): Promise<ThroughputResult> {
   const { client } = options;
   const pullPath = `${subscriptionPath(options.subscriptionId)}:pull`;
@@ -121,7 +159,7 @@ export async function pullAckWorkload(options: {
       if (response.status !== 200) {
         throw new Error(`pull -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
       }
-      const batch = (JSON.parse(response.body.toString()) as { receivedMessages?: { ackId: string }[] }).receivedMessages ?? [];
+      const batch = (JSON.parse(response.body.toString()) as { receivedMessages?: PulledMessage[] }).receivedMessages ?? [];
       if (batch.length === 0) {
         // Others hold the rest (leased, not yet acked) or it is all gone.
         emptyPulls++;
@@ -129,6 +167,7 @@ export async function pullAckWorkload(options: {
         continue;
       }
       received += batch.length;
+      options.onBatch?.(batch);
       const ackBody = JSON.stringify({ ackIds: batch.map((m) => m.ackId) });
       const ackStarted = performance.now();
       const ack = await client.request('POST', ackPath, ackBody);
@@ -150,6 +189,63 @@ export async function pullAckWorkload(options: {
     latency: { pull: pullLatency.summary(), ack: ackLatency.summary() },
     notes: { pulls, emptyPulls, avgMessagesPerPull: Math.round((received / Math.max(1, pulls - emptyPulls)) * 10) / 10 },
   };
+}
+
+// ------------------------------------------------------------------ ordering
+
+/**
+ * Checks ordered delivery: every pulled message of a key must be the key's next message in
+ * publish order (as the publish responses reported it). Nothing is redelivered in these runs
+ * (60 s ack deadline, everything acked), so any other message is a violation.
+ */
+export class OrderChecker {
+  private readonly published = new Map<string, string[]>();
+  private readonly delivered = new Map<string, number>();
+  violations = 0;
+  firstViolation?: string;
+
+  /** Records one publish request's message IDs, in order, under its key. */
+  record(key: string, messageIds: string[]): void {
+    let ids = this.published.get(key);
+    if (!ids) this.published.set(key, (ids = []));
+    for (const id of messageIds) ids.push(id);
+  }
+
+  check(batch: PulledMessage[]): void {
+    for (const { message } of batch) {
+      const key = message.orderingKey;
+      if (!key) {
+        this.violation(`message ${message.messageId} came without its ordering key`);
+        continue;
+      }
+      const position = this.delivered.get(key) ?? 0;
+      const expected = this.published.get(key)?.[position];
+      if (expected !== message.messageId) {
+        this.violation(`key ${key}: got message ${message.messageId} where ${expected} (#${position}) was due`);
+      }
+      this.delivered.set(key, position + 1);
+    }
+  }
+
+  private violation(text: string): void {
+    this.violations++;
+    this.firstViolation ??= text;
+  }
+}
+
+/** Messages of a subscription still queued (ready) and leased (unacked), read from Redis. */
+export async function subscriptionBacklog(
+  admin: Redis,
+  keyPrefix: string,
+  subscriptionId: string,
+): Promise<{ ready: number; leased: number } | undefined> {
+  const keys = new Keys(keyPrefix);
+  const subJson = await admin.hget(keys.subscriptions, `projects/${PROJECT}/subscriptions/${subscriptionId}`);
+  if (!subJson) return undefined;
+  const { uid, topicUid } = JSON.parse(subJson) as { uid: string; topicUid: string };
+  const sub = keys.topicData(topicUid).subscription(uid);
+  const [ready, leased] = await Promise.all([admin.llen(sub.ready), admin.zcard(sub.leased)]);
+  return { ready, leased };
 }
 
 // ------------------------------------------------------------------ memory

@@ -109,3 +109,97 @@ export async function bullmqProcessWorkload(options: {
     await worker.close();
   }
 }
+
+/**
+ * BullMQ end to end, the counterpart of the streaming workload: `workers` Workers (each with
+ * `workerConcurrency`, no-op processor) are started on an empty queue, then `concurrency`
+ * callers addBulk `messages` 1 KB jobs (batches of `batch`) at full speed. Rate = messages /
+ * (first add -> last completion).
+ */
+export async function bullmqEndToEndWorkload(options: {
+  workload: string;
+  target: BullConnection;
+  queueName: string;
+  messages: number;
+  batch: number;
+  concurrency: number;
+  payloads: string[];
+  workers: number;
+  workerConcurrency: number;
+  timeoutMs: number;
+}): Promise<ThroughputResult> {
+  const queue = new Queue(options.queueName, { connection: connection(options.target), prefix: PREFIX });
+  let completed = 0;
+  let failed = 0;
+  let lastCompletedAt = 0;
+  let done!: () => void;
+  const finished = new Promise<void>((resolve) => (done = resolve));
+  const workers = Array.from(
+    { length: options.workers },
+    () =>
+      new Worker(options.queueName, async () => {}, {
+        connection: connection(options.target),
+        prefix: PREFIX,
+        concurrency: options.workerConcurrency,
+        autorun: true,
+      }),
+  );
+  for (const worker of workers) {
+    worker.on('completed', () => {
+      lastCompletedAt = performance.now();
+      if (++completed >= options.messages) done();
+    });
+    worker.on('failed', () => {
+      failed++;
+    });
+    worker.on('error', () => {});
+  }
+  try {
+    await queue.waitUntilReady();
+    await Promise.all(workers.map((w) => w.waitUntilReady()));
+    const batches = Math.ceil(options.messages / options.batch);
+    const addLatency = new Latency();
+    let next = 0;
+    let payloadIndex = 0;
+    const started = performance.now();
+    const adding = runConcurrently(options.concurrency, options.timeoutMs, options.workload, async (_, stop) => {
+      while (!stop()) {
+        const index = next++;
+        if (index >= batches) return;
+        const size = Math.min(options.batch, options.messages - index * options.batch);
+        const jobs = Array.from({ length: size }, () => ({
+          name: 'm',
+          data: { data: options.payloads[payloadIndex++ % options.payloads.length] },
+          opts: { removeOnComplete: true, removeOnFail: true },
+        }));
+        const addStarted = performance.now();
+        await queue.addBulk(jobs);
+        addLatency.since(addStarted);
+      }
+    });
+    const addSeconds = await adding;
+    const timedOut = await Promise.race([
+      finished.then(() => false),
+      unrefSleep(Math.max(0, options.timeoutMs - (performance.now() - started))).then(() => true),
+    ]);
+    if (timedOut) throw new Error(`${options.workload}: timed out with ${completed}/${options.messages} jobs completed`);
+    if (failed > 0) throw new Error(`${options.workload}: ${failed} jobs failed`);
+    const seconds = (lastCompletedAt - started) / 1000;
+    return {
+      workload: options.workload,
+      messages: completed,
+      seconds,
+      msgPerSec: completed / seconds,
+      latency: { addBulk: addLatency.summary() },
+      notes: {
+        workers: options.workers,
+        workerConcurrency: options.workerConcurrency,
+        addSeconds: Math.round(addSeconds * 1000) / 1000,
+        addJobsPerSec: Math.round(options.messages / addSeconds),
+      },
+    };
+  } finally {
+    await Promise.all(workers.map((w) => w.close()));
+    await queue.close();
+  }
+}

@@ -6,7 +6,16 @@
  *   BENCH_MEMORY_MESSAGES   messages retained for the memory figure (default 50000)
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
- *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, memory, bullmq (default all)
+ *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, memory, bullmq, ordered,
+ *                           streaming (default all)
+ *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
+ *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
+ *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
+ *   BENCH_LATENCY_RATE      messages/s of the paced latency run (default 5000)
+ *   BENCH_LATENCY_SECONDS   its length (default 10)
+ *   BENCH_LATENCY_BATCH     messages per publish request in it (default 10)
+ *   BENCH_BULLMQ_E2E_WORKERS      BullMQ Workers of the end-to-end baseline (default 4)
+ *   BENCH_BULLMQ_E2E_CONCURRENCY  concurrency of each of them (default 100)
  *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
  *   BENCH_BROKER_ENTRY      broker entry file (default src/server.ts, or bench/standin-server.ts while it is missing)
  *   BENCH_REDIS_SERVER      redis-server binary (default: redis-server on PATH)
@@ -15,7 +24,7 @@
  *                           < 10% of the CPU (default 30; 0 = never wait)
  *   BENCH_RESULTS           where to write the JSON results (default bench/results/latest.json)
  */
-export const WORKLOAD_NAMES = ['publish', 'pull', 'eo', 'publish2', 'memory', 'bullmq'] as const;
+export const WORKLOAD_NAMES = ['publish', 'pull', 'eo', 'publish2', 'memory', 'bullmq', 'ordered', 'streaming'] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
 export interface BenchConfig {
@@ -24,6 +33,14 @@ export interface BenchConfig {
   memoryMessages: number;
   warmupMessages: number;
   bullmqConcurrency: number;
+  orderingKeys: number;
+  streamSubscribers: number;
+  streamMaxOutstanding: number;
+  latencyRate: number;
+  latencySeconds: number;
+  latencyBatch: number;
+  bullmqE2eWorkers: number;
+  bullmqE2eConcurrency: number;
   only: Set<WorkloadName>;
   brokerNodeArgs: string[];
   brokerEntry?: string;
@@ -57,6 +74,14 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     memoryMessages: positiveInt(env, 'BENCH_MEMORY_MESSAGES', 50_000),
     warmupMessages: positiveInt(env, 'BENCH_WARMUP', 20_000, 0),
     bullmqConcurrency: positiveInt(env, 'BENCH_BULLMQ_CONCURRENCY', 100),
+    orderingKeys: positiveInt(env, 'BENCH_ORDERING_KEYS', 1000),
+    streamSubscribers: positiveInt(env, 'BENCH_STREAM_SUBSCRIBERS', 4),
+    streamMaxOutstanding: positiveInt(env, 'BENCH_STREAM_MAX_OUTSTANDING', 2000),
+    latencyRate: positiveInt(env, 'BENCH_LATENCY_RATE', 5000),
+    latencySeconds: positiveInt(env, 'BENCH_LATENCY_SECONDS', 10),
+    latencyBatch: positiveInt(env, 'BENCH_LATENCY_BATCH', 10),
+    bullmqE2eWorkers: positiveInt(env, 'BENCH_BULLMQ_E2E_WORKERS', 4),
+    bullmqE2eConcurrency: positiveInt(env, 'BENCH_BULLMQ_E2E_CONCURRENCY', 100),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     brokerEntry: env.BENCH_BROKER_ENTRY || undefined,

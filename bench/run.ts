@@ -10,14 +10,15 @@ import {
   createTopic,
   deleteTopic,
   memoryWorkload,
+  OrderChecker,
   publishWorkload,
   pullAckWorkload,
   type ThroughputResult,
 } from './broker-workloads.ts';
-import { bullmqAddWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
+import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
-import { publishBodies, randomPayloads } from './payloads.ts';
+import { OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
   cleanup,
   cleanupSync,
@@ -30,6 +31,7 @@ import {
   type RedisServer,
   type RssSampler,
 } from './processes.ts';
+import { streamingLatencyWorkload, streamingThroughputWorkload, type StreamSettings } from './streaming-workloads.ts';
 import {
   computeBars,
   computeRatios,
@@ -167,6 +169,14 @@ async function main(): Promise<void> {
       memoryMessages: config.memoryMessages,
       warmupMessages: config.warmupMessages,
       bullmqWorkerConcurrency: config.bullmqConcurrency,
+      orderingKeys: config.orderingKeys,
+      streamSubscribers: config.streamSubscribers,
+      streamMaxOutstandingMessages: config.streamMaxOutstanding,
+      latencyRate: config.latencyRate,
+      latencySeconds: config.latencySeconds,
+      latencyMessagesPerRequest: config.latencyBatch,
+      bullmqE2eWorkers: config.bullmqE2eWorkers,
+      bullmqE2eWorkerConcurrency: config.bullmqE2eConcurrency,
       publishBatch: config.publishBatch,
       pullMaxMessages: config.pullMax,
       dataBytes: config.dataBytes,
@@ -222,6 +232,7 @@ async function main(): Promise<void> {
       log(`${phase}...`);
       brokerRss!.phase(phase);
       await admin.config('RESETSTAT');
+      const monoStartUs = Number(process.hrtime.bigint() / 1000n);
       const before = {
         wall: performance.now(),
         broker: processCpuSeconds(brokerPid),
@@ -230,6 +241,7 @@ async function main(): Promise<void> {
         machine: machineBusySeconds(),
       };
       const value = await fn();
+      const monoEndUs = Number(process.hrtime.bigint() / 1000n);
       const brokerCpuSeconds = processCpuSeconds(brokerPid) - before.broker;
       const redisCpuSeconds = processCpuSeconds(redisPid) - before.redis;
       const clientCpu = clientCpuSeconds() - before.client;
@@ -242,6 +254,8 @@ async function main(): Promise<void> {
         clientCpuSeconds: clientCpu,
         otherCpuSeconds,
         disturbed: otherCpuSeconds > DISTURBED_SHARE * os.cpus().length * wallSeconds,
+        monoStartUs,
+        monoEndUs,
         redisCommands: parseCommandstats(await admin.info('commandstats')),
       };
       brokerRss!.phase('between phases');
@@ -271,6 +285,102 @@ async function main(): Promise<void> {
       );
     };
 
+    /**
+     * Ordered: `messages` messages over `orderingKeys` keys (request i carries key i mod keys,
+     * 100 messages of one key per request), then pull+ack as for unordered subscriptions, with
+     * every delivery checked against the key's publish order. No `keys`: a warm-up.
+     */
+    const K = config.orderingKeys;
+    const orderedBodies = new OrderedBodies(64, config.publishBatch, config.dataBytes, K);
+    const orderedPublishAndDrain = async (topicId: string, exactlyOnce: boolean, count: number, keys?: { publish: string; pull: string }) => {
+      await createTopic(client, topicId, [{ id: topicId, exactlyOnce, ordered: true }]);
+      const checker = new OrderChecker();
+      // Round-robin: with fewer requests than keys, only the first keys get messages.
+      const keysUsed = Math.min(K, count / config.publishBatch);
+      const publish = () =>
+        publishWorkload({
+          workload: keys?.publish ?? 'warm-up (ordered)',
+          client,
+          topicId,
+          messages: count,
+          batch: config.publishBatch,
+          concurrency: c,
+          bodies,
+          timeoutMs: config.timeoutMs,
+          body: (i) => orderedBodies.body(i, i % K),
+          orderingKeyOf: (i) => i % K,
+          onPublished: (i, ids) => checker.record(orderedBodies.keyName(i % K), ids),
+        });
+      const pull = async () => {
+        const workload = keys?.pull ?? 'warm-up (ordered)';
+        const result = await pullAckWorkload({
+          workload,
+          client,
+          subscriptionId: topicId,
+          messages: count,
+          maxMessages: config.pullMax,
+          concurrency: c,
+          timeoutMs: config.timeoutMs,
+          onBatch: (batch) => checker.check(batch),
+        });
+        if (checker.violations > 0) throw new Error(`${workload}: ${checker.violations} deliveries out of order; first: ${checker.firstViolation}`);
+        result.notes = { ...result.notes, orderingKeys: keysUsed, orderViolations: checker.violations };
+        return result;
+      };
+      if (keys) {
+        const published = await measure(keys.publish, publish);
+        published.notes = { orderingKeys: keysUsed, messagesPerKey: Math.round(count / keysUsed) };
+        record(keys.publish, published);
+        record(keys.pull, await measure(keys.pull, pull));
+      } else {
+        await publish();
+        await pull();
+      }
+      await deleteTopic(client, topicId, [topicId]);
+    };
+
+    /** Streaming: a fresh topic and subscription per run, `streamSubscribers` WebSockets on it. */
+    const stream: StreamSettings = {
+      wsBase: broker.baseUrl.replace(/^http/, 'ws'),
+      subscribers: config.streamSubscribers,
+      maxOutstandingMessages: config.streamMaxOutstanding,
+      ackDeadlineSeconds: 60,
+    };
+    const streamingThroughput = async (workload: string, topicId: string, count: number) => {
+      await createTopic(client, topicId, [{ id: topicId }]);
+      const result = await streamingThroughputWorkload({
+        workload,
+        client,
+        admin,
+        keyPrefix: KEY_PREFIX,
+        topicId,
+        subscriptionId: topicId,
+        stream,
+        messages: count,
+        batch: config.publishBatch,
+        concurrency: c,
+        bodies,
+        timeoutMs: config.timeoutMs,
+      });
+      await deleteTopic(client, topicId, [topicId]);
+      return result;
+    };
+    let bullPayloads: string[] | undefined;
+    const bullmqPayloads = () => (bullPayloads ??= randomPayloads(6400, config.dataBytes));
+    const bullmqEndToEnd = (workload: string, queueName: string, count: number) =>
+      bullmqEndToEndWorkload({
+        workload,
+        target: { host: '127.0.0.1', port: redis!.port },
+        queueName,
+        messages: count,
+        batch: config.publishBatch,
+        concurrency: c,
+        payloads: bullmqPayloads(),
+        workers: config.bullmqE2eWorkers,
+        workerConcurrency: config.bullmqE2eConcurrency,
+        timeoutMs: config.timeoutMs,
+      });
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -282,10 +392,24 @@ async function main(): Promise<void> {
         await pullAckWorkload({ workload: 'warm-up', client, subscriptionId: id, messages: warm, maxMessages: config.pullMax, concurrency: c, timeoutMs: config.timeoutMs });
       }
       await deleteTopic(client, 'warmup', ['warmup', 'warmup-eo']);
+      if (runs('ordered')) {
+        log(`warm-up ordered (${warm} messages, twice)...`);
+        await orderedPublishAndDrain('warmup-ordered', false, warm);
+        await orderedPublishAndDrain('warmup-ordered-eo', true, warm);
+      }
+      if (runs('streaming')) {
+        log(`warm-up streaming and BullMQ end-to-end (${warm} messages each)...`);
+        await streamingThroughput('warm-up (streaming)', 'warmup-stream', warm);
+        await bullmqEndToEnd('warm-up (BullMQ end-to-end)', 'warmup-e2e', warm);
+      }
     }
 
     if (runs('publish') || runs('pull')) await publishAndDrain('bench-1sub', 'bench-1sub', false, KEYS.publish, runs('pull') ? KEYS.pull : undefined);
     if (runs('eo')) await publishAndDrain('bench-eo', 'bench-eo', true, KEYS.publishEo, KEYS.pullEo);
+    if (runs('ordered')) {
+      await orderedPublishAndDrain('bench-ordered', false, messages, { publish: KEYS.publishOrdered, pull: KEYS.pullOrdered });
+      await orderedPublishAndDrain('bench-ordered-eo', true, messages, { publish: KEYS.publishOrderedEo, pull: KEYS.pullOrderedEo });
+    }
     if (runs('publish2')) {
       await createTopic(client, 'bench-2subs', [{ id: 'bench-2subs-a' }, { id: 'bench-2subs-b' }]);
       record(
@@ -295,6 +419,33 @@ async function main(): Promise<void> {
         ),
       );
       await deleteTopic(client, 'bench-2subs', ['bench-2subs-a', 'bench-2subs-b']);
+    }
+    if (runs('streaming')) {
+      record(KEYS.streamE2e, await measure(KEYS.streamE2e, () => streamingThroughput(KEYS.streamE2e, 'bench-stream', messages)));
+      await createTopic(client, 'bench-stream-paced', [{ id: 'bench-stream-paced' }]);
+      record(
+        KEYS.streamLatency,
+        await measure(KEYS.streamLatency, () =>
+          streamingLatencyWorkload({
+            workload: KEYS.streamLatency,
+            client,
+            admin,
+            keyPrefix: KEY_PREFIX,
+            topicId: 'bench-stream-paced',
+            subscriptionId: 'bench-stream-paced',
+            stream,
+            rate: config.latencyRate,
+            seconds: config.latencySeconds,
+            batch: config.latencyBatch,
+            dataBytes: config.dataBytes,
+            timeoutMs: config.timeoutMs,
+          }),
+        ),
+      );
+      const paced = results.workloads[KEYS.streamLatency].latency['publish->delivery'];
+      log(`  publish->delivery p50 ${paced.p50Ms} ms, p99 ${paced.p99Ms} ms, max ${paced.maxMs} ms`);
+      await deleteTopic(client, 'bench-stream-paced', ['bench-stream-paced']);
+      record(KEYS.bullE2e, await measure(KEYS.bullE2e, () => bullmqEndToEnd(KEYS.bullE2e, 'bench-e2e', messages)));
     }
     if (runs('memory')) {
       const memory = await measure('memory (2 subs, retained)', () =>
@@ -318,7 +469,7 @@ async function main(): Promise<void> {
 
     if (runs('bullmq')) {
       const target = { host: '127.0.0.1', port: redis.port };
-      const payloads = randomPayloads(6400, config.dataBytes);
+      const payloads = bullmqPayloads();
       if (config.warmupMessages > 0) {
         const warm = roundToBatch(config.warmupMessages);
         log(`BullMQ warm-up (${warm} jobs)...`);

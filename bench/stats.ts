@@ -18,8 +18,16 @@ export class Latency {
 
   /** Records one request that started at `startMs` (performance.now()). */
   since(startMs: number): void {
-    const us = Math.max(1, Math.round((performance.now() - startMs) * 1000));
-    this.histogram.recordValue(us);
+    this.record(performance.now() - startMs);
+  }
+
+  /** Records one duration in milliseconds. */
+  record(ms: number): void {
+    this.histogram.recordValue(Math.max(1, Math.round(ms * 1000)));
+  }
+
+  get count(): number {
+    return this.histogram.totalCount;
   }
 
   summary(): LatencySummary {
