@@ -17,7 +17,7 @@
  *   BENCH_BULLMQ_E2E_WORKERS      BullMQ Workers of the end-to-end baseline (default 4)
  *   BENCH_BULLMQ_E2E_CONCURRENCY  concurrency of each of them (default 100)
  *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
- *   BENCH_BROKER_ENTRY      broker entry file (default src/server.ts, or bench/standin-server.ts while it is missing)
+ *   BENCH_BROKER_ENTRY      broker entry file (default: the dist/server.mjs bundle that npm start runs; src/server.ts runs through tsx)
  *   BENCH_REDIS_SERVER      redis-server binary (default: redis-server on PATH)
  *   BENCH_TIMEOUT_SECONDS   give up on one workload after this long (default 600)
  *   BENCH_QUIET_WAIT_SECONDS  before each phase, wait up to this long for other processes to use

@@ -4,7 +4,7 @@
  * RSS is sampled from /proc. Everything registered here is torn down by `cleanup()`, which
  * run.ts calls on normal exit, on errors, and on SIGINT/SIGTERM.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -192,9 +192,10 @@ export interface BrokerProcess {
   stop(): Promise<void>;
 }
 
-export function defaultBrokerEntry(): { entry: string; standIn: boolean } {
-  if (fs.existsSync('src/server.ts')) return { entry: 'src/server.ts', standIn: false };
-  return { entry: 'bench/standin-server.ts', standIn: true };
+/** What `npm start` runs: the esbuild bundle of src/server.ts, built now so it is current. */
+export function buildBrokerBundle(): string {
+  execFileSync('npm', ['run', 'build', '--silent'], { stdio: 'inherit' });
+  return 'dist/server.mjs';
 }
 
 export async function startBroker(options: {

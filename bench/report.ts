@@ -38,7 +38,6 @@ export interface BenchResults {
   memory?: Omit<MemoryResult, 'publish'>;
   broker: {
     entry: string;
-    standIn: boolean;
     maxRssBytes: number;
     /** RssAnon / RssFile / RssShmem at the maximum. */
     atMaxRss?: { anon: number; file: number; shmem: number };
@@ -291,7 +290,7 @@ export function renderReport(results: BenchResults): string {
   out.push(
     b.rssSamples === 0
       ? `Broker (${b.entry}): no RSS samples (it never came up)`
-      : `Broker (${b.entry}${b.standIn ? ', STAND-IN: src/server.ts is missing' : ''}): max RSS ${mib(b.maxRssBytes)}${parts} ` +
+      : `Broker (${b.entry}): max RSS ${mib(b.maxRssBytes)}${parts} ` +
           `during "${peakPhase}", ${mib(b.maxRssBytesPerPhase['idle after start'] ?? 0)} idle after start, ${b.rssSamples} samples; ` +
           `Redis max RSS ${mib(results.redis.maxRssBytes)}`,
   );

@@ -22,7 +22,7 @@ import { OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
   cleanup,
   cleanupSync,
-  defaultBrokerEntry,
+  buildBrokerBundle,
   onCleanup,
   sampleRss,
   startBroker,
@@ -154,10 +154,7 @@ async function readSlowlog(redis: RedisServer): Promise<NonNullable<BenchResults
 // ------------------------------------------------------------------ main
 
 async function main(): Promise<void> {
-  const { entry, standIn } = config.brokerEntry
-    ? { entry: config.brokerEntry, standIn: config.brokerEntry.startsWith('bench/') }
-    : defaultBrokerEntry();
-  if (standIn) log(`src/server.ts not found: running the broker from ${entry} (a child process all the same)`);
+  const entry = config.brokerEntry ?? buildBrokerBundle();
   const n = config.messages;
   const c = config.concurrency;
   const runs = (name: WorkloadName) => config.only.has(name);
@@ -192,7 +189,7 @@ async function main(): Promise<void> {
     },
     workloads: {},
     ratios: {},
-    broker: { entry, standIn, maxRssBytes: 0, rssSamples: 0, maxRssBytesPerPhase: {} },
+    broker: { entry, maxRssBytes: 0, rssSamples: 0, maxRssBytesPerPhase: {} },
     redis: { maxRssBytes: 0 },
     cpu: {},
     bars: [],
