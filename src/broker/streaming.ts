@@ -5,7 +5,7 @@ import type { DeliveryService, ReceivedMessage, SettleOutcome } from './delivery
 import { MAX_PULL_MESSAGES } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
-import type { Wakeups } from './wakeups.ts';
+import { CONFIG_CHANGED, type Wakeups } from './wakeups.ts';
 
 /**
  * One streaming pull (reference §10) over any message transport (the route uses a WebSocket).
@@ -70,6 +70,8 @@ export class StreamingSession {
   private failed = false;
   private lastSentAt = Date.now();
   private heartbeat?: NodeJS.Timeout;
+  /** A subscription of the topic changed: re-read ours before the next pull. */
+  private configChanged = false;
   /** Frames are handled one at a time, in arrival order. */
   private queue: Promise<void> = Promise.resolve();
   /** Wakes the delivery loop: flow-control room, a closed stream, or new stream settings. */
@@ -247,8 +249,16 @@ export class StreamingSession {
       }
       const record = this.record!;
       const waiter = await this.wakeups.arm(this.delivery.wakeChannel(record));
+      void waiter.woken.then((message) => {
+        if (message === CONFIG_CHANGED) this.configChanged = true;
+      });
       try {
-        await this.refreshRecord();
+        // The record is re-read when an update or delete announces itself (and on heartbeat
+        // ticks as a fallback), not before every pull.
+        if (this.configChanged) {
+          this.configChanged = false;
+          await this.refreshRecord();
+        }
         const { received, nextDueUs } = await this.delivery.pullOnce(this.record!, room, this.ackDeadlineSeconds);
         if (received.length > 0) {
           const undelivered = this.deliver(this.withinByteBudget(received));
@@ -323,7 +333,7 @@ export class StreamingSession {
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }
 
-  private sleep(ms: number | undefined, woken?: Promise<void>): Promise<void> {
+  private sleep(ms: number | undefined, woken?: Promise<string>): Promise<void> {
     return new Promise((resolve) => {
       const timer = ms === undefined ? undefined : setTimeout(done, ms);
       this.nudge = done;

@@ -11,6 +11,7 @@ import { checkDuration, parseDurationSeconds } from './durations.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
 import { checkBodyName, type TopicRecord, type TopicService } from './topics.ts';
+import { CONFIG_CHANGED } from './wakeups.ts';
 import { parseUpdateMask } from './update-mask.ts';
 
 /** A subscription as kept in the control plane. */
@@ -223,7 +224,10 @@ export class SubscriptionService {
         json,
         JSON.stringify(updated),
       ]);
-      if (replaced === 1) return renderSubscription(updated, await this.liveTopic(updated.topic));
+      if (replaced === 1) {
+        await this.announceChange(record.topicUid);
+        return renderSubscription(updated, await this.liveTopic(updated.topic));
+      }
     }
   }
 
@@ -239,6 +243,7 @@ export class SubscriptionService {
     if (deleted !== 1) throw notFound(name.id);
     await this.dropData(record.topicUid, record.uid);
     await this.finishCleanup(dataRef);
+    await this.announceChange(record.topicUid);
   }
 
   async list(project: string, page: PageRequest): Promise<{ subscriptions?: Subscription[]; nextPageToken?: string }> {
@@ -270,6 +275,11 @@ export class SubscriptionService {
       await this.finishCleanup(ref);
     }
     return refs.length;
+  }
+
+  /** Open streams of the topic's subscriptions re-read their settings (or learn of a delete). */
+  private async announceChange(topicUid: string): Promise<void> {
+    await this.ctx.redis.publish(this.ctx.keys.wakeChannel(topicUid), CONFIG_CHANGED);
   }
 
   private async liveTopic(topic: string): Promise<TopicRecord | undefined> {

@@ -7,24 +7,30 @@ import type { RedisClient } from '../redis/scripts.ts';
  * they look for messages, so a publish between the look and the wait is never missed.
  */
 export interface Waiter {
-  /** Resolves on the next wake-up on the channel, or when the waiter is cancelled. */
-  readonly woken: Promise<void>;
+  /**
+   * Resolves on the next wake-up on the channel with its message ('1': messages may be
+   * available; CONFIG_CHANGED: a subscription of the topic changed), or '' when cancelled.
+   */
+  readonly woken: Promise<string>;
   cancel(): void;
 }
 
+/** Published on a topic's wake channel when one of its subscriptions is updated or deleted. */
+export const CONFIG_CHANGED = 'config';
+
 export class Wakeups {
-  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly waiters = new Map<string, Set<(message: string) => void>>();
   /** The SUBSCRIBE of each listened channel: every waiter waits for it to be confirmed. */
   private readonly subscribed = new Map<string, Promise<unknown>>();
   private closed = false;
 
   constructor(private readonly subscriber: RedisClient) {
-    subscriber.on('message', (channel: string) => this.wake(channel));
+    subscriber.on('message', (channel: string, message: string) => this.wake(channel, message));
   }
 
   async arm(channel: string): Promise<Waiter> {
-    let resolve!: () => void;
-    const woken = new Promise<void>((done) => (resolve = done));
+    let resolve!: (message: string) => void;
+    const woken = new Promise<string>((done) => (resolve = done));
     let set = this.waiters.get(channel);
     if (!set) {
       set = new Set();
@@ -32,7 +38,7 @@ export class Wakeups {
     }
     set.add(resolve);
     const cancel = () => {
-      resolve();
+      resolve('');
       this.remove(channel, resolve);
     };
     if (this.closed) {
@@ -58,18 +64,18 @@ export class Wakeups {
   async close(): Promise<void> {
     this.closed = true;
     for (const [channel, set] of this.waiters) {
-      for (const resolve of set) resolve();
+      for (const resolve of set) resolve('');
       this.waiters.delete(channel);
     }
   }
 
-  private wake(channel: string): void {
+  private wake(channel: string, message: string): void {
     const set = this.waiters.get(channel);
     if (!set) return;
-    for (const resolve of set) resolve();
+    for (const resolve of set) resolve(message);
   }
 
-  private remove(channel: string, resolve: () => void): void {
+  private remove(channel: string, resolve: (message: string) => void): void {
     const set = this.waiters.get(channel);
     if (!set) return;
     set.delete(resolve);

@@ -35,7 +35,7 @@ local results = {}
 local woke = false
 for i = 3, #ARGV do
   local member = ARGV[i]
-  local status = lease_status(leased_key, member, now, exactly_once)
+  local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
   local code = RESULT[status]
   if status == 'valid' or status == 'expired' then
     local seq = split_entry(member)

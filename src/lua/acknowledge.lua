@@ -20,13 +20,20 @@ local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {-1} end
 
 local results = {}
-for i = 2, #ARGV do
-  local member = ARGV[i]
-  local status = lease_status(leased_key, member, now, exactly_once)
-  if status == 'valid' or status == 'expired' then
-    redis.call('ZREM', leased_key, member)
-    release_body(messages_key, refs_key, (split_entry(member)))
+argv_chunks(2, function(members)
+  local deadlines = redis.call('ZMSCORE', leased_key, unpack(members))
+  local ended, seqs = {}, {}
+  for i, member in ipairs(members) do
+    local status = lease_status(deadlines[i], now, exactly_once)
+    if status == 'valid' or status == 'expired' then
+      ended[#ended + 1] = member
+      seqs[#seqs + 1] = (split_entry(member))
+    end
+    results[#results + 1] = RESULT[status]
   end
-  results[#results + 1] = RESULT[status]
-end
+  if #ended > 0 then
+    redis.call('ZREM', leased_key, unpack(ended))
+    release_bodies(messages_key, refs_key, seqs)
+  end
+end)
 return results

@@ -38,7 +38,7 @@ for i = 1, #leases, 2 do
 end
 local keyed = redis.call('ZPOPMIN', keyed_key, batch)
 for i = 1, #keyed, 2 do seqs[#seqs + 1] = tostring(tonumber(string.sub(keyed[i], -16))) end
-for _, seq in ipairs(seqs) do release_body(messages_key, refs_key, seq) end
+if #seqs > 0 then release_bodies(messages_key, refs_key, seqs) end
 
 local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)
 if remaining == 0 then redis.call('DEL', deliveries_key, key_states_key) end

@@ -28,7 +28,7 @@ local results = {}
 local woke = false
 for i = 4, #ARGV do
   local member = ARGV[i]
-  local status = lease_status(leased_key, member, now, exactly_once)
+  local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
   if (status == 'valid' or status == 'expired') and seconds > 0 then
     redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
   elseif status == 'valid' or status == 'expired' then

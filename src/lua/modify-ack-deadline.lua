@@ -25,7 +25,7 @@ local results = {}
 local nacked = false
 for i = 4, #ARGV do
   local member = ARGV[i]
-  local status = lease_status(leased_key, member, now, exactly_once)
+  local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
   if status == 'valid' or status == 'expired' then
     if seconds == 0 then
       redis.call('ZREM', leased_key, member)

@@ -28,13 +28,13 @@ local function exactly_once_mode(config_key)
   return flag == '1'
 end
 
--- The lease of one delivery ("seq:gen"), for acknowledge and modify-ack-deadline:
+-- The lease of one delivery, from its deadline (false when it has no lease), for acknowledge
+-- and modify-ack-deadline:
 --   'gone'     no such lease: acknowledged, superseded by a newer delivery, nacked, or unknown
 --   'refused'  expired, on an exactly-once subscription: nothing may change any more
 --   'expired'  expired elsewhere: the change still applies (nothing was delivered again yet)
 --   'valid'
-local function lease_status(leased_key, member, now, exactly_once)
-  local deadline = redis.call('ZSCORE', leased_key, member)
+local function lease_status(deadline, now, exactly_once)
   if not deadline then return 'gone' end
   if tonumber(deadline) > now then return 'valid' end
   return exactly_once and 'refused' or 'expired'
@@ -52,6 +52,33 @@ local function finish_pull(leased_key, leases, out, now)
   end
   local earliest = redis.call('ZRANGE', leased_key, 0, 0, 'WITHSCORES')
   if earliest[2] then out[2] = tonumber(earliest[2]) - now end
+end
+
+-- release_body for many seqs at once: one HMGET and at most two HDELs instead of calls per seq.
+local function release_bodies(messages_key, refs_key, seqs)
+  local refs = redis.call('HMGET', refs_key, unpack(seqs))
+  local last_holder, second_last = {}, {}
+  for i, seq in ipairs(seqs) do
+    local count = refs[i] and tonumber(refs[i])
+    if not count then
+      last_holder[#last_holder + 1] = seq
+    elseif count <= 2 then
+      second_last[#second_last + 1] = seq
+    else
+      redis.call('HINCRBY', refs_key, seq, -1)
+    end
+  end
+  if #last_holder > 0 then redis.call('HDEL', messages_key, unpack(last_holder)) end
+  if #second_last > 0 then redis.call('HDEL', refs_key, unpack(second_last)) end
+end
+
+-- Calls fn with ARGV[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of thousands).
+local function argv_chunks(first, fn)
+  for start = first, #ARGV, 1000 do
+    local chunk = {}
+    for i = start, math.min(start + 999, #ARGV) do chunk[#chunk + 1] = ARGV[i] end
+    fn(chunk)
+  end
 end
 
 -- A delivery entry is "seq" (never delivered) or "seq:gen" (last delivered as generation gen).
