@@ -2,7 +2,6 @@ import { ApiError, invalidArgument, unavailable, type AckFailureCode } from '../
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
 import type { DeliveryService, ReceivedMessage, SettleOutcome } from './delivery.ts';
-import { MAX_PULL_MESSAGES } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED, type Wakeups } from './wakeups.ts';
@@ -33,6 +32,12 @@ const GRPC_CODES: Record<string, number> = {
   UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
 };
 export const closeCodeFor = (error: ApiError) => 4000 + (GRPC_CODES[error.status] ?? 2);
+/**
+ * Messages per server frame. Smaller frames keep each JSON string near 350 KB (a 1000-message
+ * frame of 1 KB messages is ~1.4 MB, and several at once dominate the broker's memory peak);
+ * a stream with more room simply gets several frames in a row.
+ */
+const MAX_MESSAGES_PER_FRAME = 250;
 /** A WebSocket close reason holds at most 123 bytes; the full error also goes out as a frame. */
 const MAX_CLOSE_REASON_BYTES = 123;
 
@@ -311,8 +316,8 @@ export class StreamingSession {
   /** How many messages may be sent now (0 = at a flow-control limit). */
   private room(): number {
     if (this.maxBytes > 0 && this.outstandingBytes() >= this.maxBytes) return 0;
-    if (this.maxMessages === 0) return MAX_PULL_MESSAGES;
-    return Math.max(0, Math.min(MAX_PULL_MESSAGES, this.maxMessages - this.outstanding.size));
+    if (this.maxMessages === 0) return MAX_MESSAGES_PER_FRAME;
+    return Math.max(0, Math.min(MAX_MESSAGES_PER_FRAME, this.maxMessages - this.outstanding.size));
   }
 
   private forgetExpired(): void {
