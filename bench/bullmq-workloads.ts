@@ -19,6 +19,36 @@ function connection(target: BullConnection) {
   return { host: target.host, port: target.port, maxRetriesPerRequest: null };
 }
 
+/**
+ * Adds `messages` 1 KB jobs with addBulk in batches, from `concurrency` concurrent adders, like
+ * the broker's publishers; jobs are removed on completion (the counterpart of an acked message).
+ * Returns the seconds it took.
+ */
+function addJobs(
+  queue: Queue,
+  options: { workload: string; messages: number; batch: number; concurrency: number; payloads: string[]; timeoutMs: number },
+  latency: Latency,
+): Promise<number> {
+  const batches = Math.ceil(options.messages / options.batch);
+  let next = 0;
+  let payloadIndex = 0;
+  return runConcurrently(options.concurrency, options.timeoutMs, options.workload, async (_, stop) => {
+    while (!stop()) {
+      const index = next++;
+      if (index >= batches) return;
+      const size = Math.min(options.batch, options.messages - index * options.batch);
+      const jobs = Array.from({ length: size }, () => ({
+        name: 'm',
+        data: { data: options.payloads[payloadIndex++ % options.payloads.length] },
+        opts: { removeOnComplete: true, removeOnFail: true },
+      }));
+      const started = performance.now();
+      await queue.addBulk(jobs);
+      latency.since(started);
+    }
+  });
+}
+
 export async function bullmqAddWorkload(options: {
   workload: string;
   target: BullConnection;
@@ -32,25 +62,8 @@ export async function bullmqAddWorkload(options: {
   const queue = new Queue(options.queueName, { connection: connection(options.target), prefix: PREFIX });
   try {
     await queue.waitUntilReady();
-    const batches = Math.ceil(options.messages / options.batch);
     const latency = new Latency();
-    let next = 0;
-    let payloadIndex = 0;
-    const seconds = await runConcurrently(options.concurrency, options.timeoutMs, options.workload, async (_, stop) => {
-      while (!stop()) {
-        const index = next++;
-        if (index >= batches) return;
-        const size = Math.min(options.batch, options.messages - index * options.batch);
-        const jobs = Array.from({ length: size }, () => ({
-          name: 'm',
-          data: { data: options.payloads[payloadIndex++ % options.payloads.length] },
-          opts: { removeOnComplete: true, removeOnFail: true },
-        }));
-        const started = performance.now();
-        await queue.addBulk(jobs);
-        latency.since(started);
-      }
-    });
+    const seconds = await addJobs(queue, options, latency);
     const waiting = await queue.getWaitingCount();
     if (waiting < options.messages) throw new Error(`${options.workload}: only ${waiting} jobs are waiting after adding ${options.messages}`);
     return {
@@ -157,26 +170,9 @@ export async function bullmqEndToEndWorkload(options: {
   try {
     await queue.waitUntilReady();
     await Promise.all(workers.map((w) => w.waitUntilReady()));
-    const batches = Math.ceil(options.messages / options.batch);
     const addLatency = new Latency();
-    let next = 0;
-    let payloadIndex = 0;
     const started = performance.now();
-    const adding = runConcurrently(options.concurrency, options.timeoutMs, options.workload, async (_, stop) => {
-      while (!stop()) {
-        const index = next++;
-        if (index >= batches) return;
-        const size = Math.min(options.batch, options.messages - index * options.batch);
-        const jobs = Array.from({ length: size }, () => ({
-          name: 'm',
-          data: { data: options.payloads[payloadIndex++ % options.payloads.length] },
-          opts: { removeOnComplete: true, removeOnFail: true },
-        }));
-        const addStarted = performance.now();
-        await queue.addBulk(jobs);
-        addLatency.since(addStarted);
-      }
-    });
+    const adding = addJobs(queue, options, addLatency);
     const addSeconds = await adding;
     const timedOut = await Promise.race([
       finished.then(() => false),
