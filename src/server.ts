@@ -69,9 +69,12 @@ async function main(): Promise<void> {
     collectGarbage().catch((error: Error) => log(`clean-up pass failed: ${error.message}`));
   }, JANITOR_INTERVAL_MS);
   janitor.unref();
+  /** Drops data left by interrupted creates and deletes, and deletes expired subscriptions. */
   async function collectGarbage() {
     const [seconds, micros] = await redis.time();
-    await app.broker.subscriptions.collectGarbage(Number(seconds) * 1_000_000 + Number(micros) - CLEANUP_GRACE_US);
+    const nowUs = Number(seconds) * 1_000_000 + Number(micros);
+    await app.broker.subscriptions.collectGarbage(nowUs - CLEANUP_GRACE_US);
+    await app.broker.subscriptions.expireIdle(nowUs);
   }
 
   let shuttingDown = false;

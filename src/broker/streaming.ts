@@ -157,7 +157,7 @@ export class StreamingSession {
     this.heartbeat = setInterval(() => {
       // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
       // subscriptionProperties) or a delete (closed with NOT_FOUND) without a publish.
-      this.queue = this.queue.then(() => this.refreshRecord()).catch((error) => this.fail(error));
+      this.queue = this.queue.then(() => this.refreshAndTouch()).catch((error) => this.fail(error));
       if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
     }, Math.max(10, Math.floor(this.options.heartbeatMs / 2)));
     this.heartbeat.unref();
@@ -329,6 +329,12 @@ export class StreamingSession {
     let earliest = Infinity;
     for (const entry of this.outstanding.values()) earliest = Math.min(earliest, entry.expiresAtMs);
     return Math.max(1, earliest - Date.now());
+  }
+
+  /** Heartbeat tick: an open stream keeps its subscription in use, even when idle. */
+  private async refreshAndTouch(): Promise<void> {
+    await this.refreshRecord();
+    await this.subscriptions.touch(this.record!);
   }
 
   /** Picks up changes to the subscription (exactly-once switched, deleted) between pulls. */

@@ -151,7 +151,7 @@ export class SubscriptionService {
     const attached = await scripts.run(
       'attach-subscription',
       [data.state, data.attached, data.subscription(record.uid).config],
-      [record.uid, record.enableMessageOrdering ? '1' : '0', ...deliveryConfig(record)],
+      [clock.scriptTime(), record.uid, record.enableMessageOrdering ? '1' : '0', ...deliveryConfig(record)],
     );
     if (attached !== 1) {
       await this.finishCleanup(dataRef);
@@ -217,7 +217,10 @@ export class SubscriptionService {
       // Delivery settings first: a crash before the record is replaced leaves a state that the
       // client's retry of the same update completes.
       const data = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
-      const configured = await this.ctx.scripts.run('configure-subscription', [data.config], deliveryConfig(updated));
+      const configured = await this.ctx.scripts.run('configure-subscription', [data.config], [
+        this.ctx.clock.scriptTime(),
+        ...deliveryConfig(updated),
+      ]);
       if (configured !== 1) throw notFound(name.id);
       const replaced = await this.ctx.scripts.run('replace-record', [this.ctx.keys.subscriptions], [
         name.full,
@@ -233,17 +236,53 @@ export class SubscriptionService {
 
   async delete(name: ResourceName): Promise<void> {
     const { record, json } = await this.read(name);
+    if (!(await this.deleteRecord(record, json))) throw notFound(name.id);
+  }
+
+  /** Deletes the subscription the caller read; false if it was deleted or replaced meanwhile. */
+  private async deleteRecord(record: SubscriptionRecord, json: string): Promise<boolean> {
     const { keys, scripts, clock } = this.ctx;
     const dataRef = `${record.topicUid}/${record.uid}`;
     const deleted = await scripts.run(
       'delete-subscription',
       [keys.subscriptions, keys.subscriptionIndex, keys.topicSubscriptions(record.topicUid), keys.pendingCleanups],
-      [clock.scriptTime(), name.full, json, dataRef],
+      [clock.scriptTime(), record.name, json, dataRef],
     );
-    if (deleted !== 1) throw notFound(name.id);
+    if (deleted !== 1) return false;
     await this.dropData(record.topicUid, record.uid);
     await this.finishCleanup(dataRef);
     await this.announceChange(record.topicUid);
+    return true;
+  }
+
+  /** Records that a stream is using the subscription (its expiration counts from the last use). */
+  async touch(record: SubscriptionRecord): Promise<void> {
+    const config = this.ctx.keys.topicData(record.topicUid).subscription(record.uid).config;
+    await this.ctx.scripts.run('touch-subscription', [config], [this.ctx.clock.scriptTime()]);
+  }
+
+  /**
+   * Deletes subscriptions whose expirationPolicy.ttl has passed since they were last used (any
+   * pull, stream, ack, deadline change, create or update). Returns how many it deleted.
+   */
+  async expireIdle(nowUs: number): Promise<number> {
+    const { redis, keys } = this.ctx;
+    let expired = 0;
+    let cursor = '0';
+    do {
+      const [next, entries] = await redis.hscan(keys.subscriptions, cursor, 'COUNT', 200);
+      cursor = next;
+      for (let i = 0; i < entries.length; i += 2) {
+        const json = entries[i + 1];
+        const record = JSON.parse(json) as SubscriptionRecord;
+        if (!record.expirationPolicy.ttl) continue;
+        const ttlUs = parseDurationSeconds(record.expirationPolicy.ttl, 'expirationPolicy.ttl') * 1_000_000;
+        const config = keys.topicData(record.topicUid).subscription(record.uid).config;
+        const activeAt = await redis.hget(config, 'activeAt');
+        if (activeAt !== null && Number(activeAt) + ttlUs <= nowUs && (await this.deleteRecord(record, json))) expired++;
+      }
+    } while (cursor !== '0');
+    return expired;
   }
 
   async list(project: string, page: PageRequest): Promise<{ subscriptions?: Subscription[]; nextPageToken?: string }> {

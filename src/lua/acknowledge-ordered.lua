@@ -24,6 +24,7 @@ local keyed_key, deliveries_key, key_states_key = KEYS[6], KEYS[7], KEYS[8]
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {-1} end
+mark_active(config_key, now)
 
 -- On exactly-once subscriptions a keyed message may be acked only as its key's oldest un-acked one.
 local function out_of_order(key, seq)

@@ -18,6 +18,7 @@ local config_key, leased_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3]
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {-1} end
+mark_active(config_key, now)
 
 local results = {}
 argv_chunks(2, function(members)

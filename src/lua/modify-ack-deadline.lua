@@ -20,6 +20,7 @@ local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {-1} end
+mark_active(config_key, now)
 
 local results = {}
 local nacked = false

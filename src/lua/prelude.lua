@@ -21,6 +21,11 @@ local function release_body(messages_key, refs_key, seq)
   end
 end
 
+-- Records that the subscription was used now (its expirationPolicy counts from this).
+local function mark_active(config_key, now)
+  redis.call('HSET', config_key, 'activeAt', string.format('%.0f', now))
+end
+
 -- The delivery mode of a subscription: nil when it does not exist, else true on exactly-once.
 local function exactly_once_mode(config_key)
   local flag = redis.call('HGET', config_key, 'exactlyOnce')

@@ -25,6 +25,7 @@ local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
 local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
 if not config[1] then return {-1} end
+mark_active(config_key, now)
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
 local out = {1, ''}

@@ -23,6 +23,7 @@ export const SCRIPT_NAMES = [
   'modify-ack-deadline-ordered',
   'attach-subscription',
   'configure-subscription',
+  'touch-subscription',
   'drop-subscription',
   'delete-topic-data',
   'create-topic',

@@ -66,7 +66,7 @@ for (const target of redisTargets()) {
     const orphanKeys = data.subscription(orphan);
     await ctx.scripts.run('mark-cleanup', [ctx.keys.pendingCleanups], [clock.scriptTime(), `${uid}/${orphan}`]);
     await ctx.scripts.run('attach-subscription', [data.state, data.attached, orphanKeys.config], [
-      orphan, '0', 'ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0',
+      clock.scriptTime(), orphan, '0', 'ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0',
     ]);
     await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('x') }] });
     t.equal(await broker.redis.llen(orphanKeys.ready), 1, 'the orphan receives publishes');
@@ -80,5 +80,39 @@ for (const target of redisTargets()) {
     t.equal(await broker.redis.zcard(ctx.keys.pendingCleanups), 0, 'no mark left');
     const real = await broker.api('POST', '/v1/projects/p/subscriptions/real:pull', { maxMessages: 10, returnImmediately: true });
     t.equal(real.body.receivedMessages.length, 1, 'the real subscription is untouched');
+  });
+
+  t.test(`${target.name}: a subscription idle longer than its expirationPolicy.ttl is deleted`, async (t) => {
+    const clock = new ManualClock();
+    const broker = await startBroker(t, { target, clock, name: 'expiry' });
+    const { subscriptions } = broker.app.broker;
+    const now = () => Number(clock.scriptTime());
+    await broker.api('PUT', TOPIC, {});
+    await broker.api('PUT', '/v1/projects/p/subscriptions/idle', { topic: topicName.full, expirationPolicy: { ttl: '86400s' } });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/busy', { topic: topicName.full, expirationPolicy: { ttl: '86400s' } });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/forever', { topic: topicName.full, expirationPolicy: {} });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/default', { topic: topicName.full });
+
+    await broker.api('PUT', '/v1/projects/p/subscriptions/streamed', { topic: topicName.full, expirationPolicy: { ttl: '86400s' } });
+
+    clock.advanceSeconds(86000);
+    await broker.api('POST', '/v1/projects/p/subscriptions/busy:pull', { maxMessages: 1, returnImmediately: true });
+    // What an open stream does on each heartbeat tick, messages or not.
+    const streamed = { project: 'p', id: 'streamed', full: 'projects/p/subscriptions/streamed' };
+    await subscriptions.touch((await subscriptions.read(streamed)).record);
+    t.equal(await subscriptions.expireIdle(now()), 0, 'nothing idle for a whole day yet');
+    clock.advanceSeconds(401);
+    t.equal(await subscriptions.expireIdle(now()), 1, 'one day after its creation, the unused subscription expires');
+    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/streamed')).status, 200, 'an open stream kept its subscription');
+    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/idle')).status, 404);
+    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/busy')).status, 200, 'a pull kept the other one in use');
+
+    clock.advanceSeconds(86400);
+    t.equal(await subscriptions.expireIdle(now()), 2, 'a day after their last use, the others expire too');
+    clock.advanceSeconds(40 * 86400);
+    t.equal(await subscriptions.expireIdle(now()), 1, 'the default policy (31 days) expires as well');
+    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/forever')).status, 200, 'an empty ttl never expires');
+    const { data } = await topicKeys(broker);
+    t.equal(await broker.redis.hlen(data.attached), 1, 'expired subscriptions are detached from the topic');
   });
 }
