@@ -10,6 +10,11 @@ import type { TopicService } from './topics.ts';
 import type { Wakeups } from './wakeups.ts';
 
 export const MAX_PULL_MESSAGES = 1000;
+/**
+ * Message bytes one pull returns at most (at least one message always goes): 1000 messages of
+ * 10 MB would not fit in Redis's Lua memory, nor in one JSON string.
+ */
+export const MAX_PULL_BYTES = 10_000_000;
 export const MAX_PUBLISH_MESSAGES = 1000;
 export const MAX_PUBLISH_BYTES = 10_000_000;
 const MAX_ATTRIBUTES = 100;
@@ -169,7 +174,7 @@ export class DeliveryService {
    * Leases up to `max` available messages once, without waiting. `deadlineSeconds` overrides
    * the subscription's ack deadline (streams lease with their own streamAckDeadlineSeconds).
    */
-  async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number) {
+  async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
     const data = this.ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = this.ctx.clock.scriptTime();
@@ -178,12 +183,13 @@ export class DeliveryService {
       ? this.ctx.scripts.runBuffers(
           'pull-ordered',
           [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-          [time, max, deadlineUs, this.ctx.keys.wakeChannel(record.topicUid)],
+          [time, max, deadlineUs, this.ctx.keys.wakeChannel(record.topicUid), maxBytes],
         )
       : this.ctx.scripts.runBuffers('pull', [sub.config, sub.ready, sub.leased, data.messages, data.refs], [
           time,
           max,
           deadlineUs,
+          maxBytes,
         ]))) as [
       number,
       Buffer | number,

@@ -38,6 +38,8 @@ export const closeCodeFor = (error: ApiError) => 4000 + (GRPC_CODES[error.status
  * a stream with more room simply gets several frames in a row.
  */
 const MAX_MESSAGES_PER_FRAME = 250;
+/** And at most this many message bytes per frame (at least one message always goes). */
+const MAX_BYTES_PER_FRAME = 4 * 1024 * 1024;
 /** A WebSocket close reason holds at most 123 bytes; the full error also goes out as a frame. */
 const MAX_CLOSE_REASON_BYTES = 123;
 
@@ -264,7 +266,12 @@ export class StreamingSession {
           this.configChanged = false;
           await this.refreshRecord();
         }
-        const { received, nextDueUs } = await this.delivery.pullOnce(this.record!, room, this.ackDeadlineSeconds);
+        const { received, nextDueUs } = await this.delivery.pullOnce(
+          this.record!,
+          room,
+          this.ackDeadlineSeconds,
+          MAX_BYTES_PER_FRAME,
+        );
         if (received.length > 0) {
           const undelivered = this.deliver(this.withinByteBudget(received));
           // Leased but not handed to the client (over the byte budget, or the stream closed

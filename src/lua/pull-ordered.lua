@@ -14,6 +14,7 @@
   ARGV[2]    maximum number of messages
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
   ARGV[4]    wake channel (published to when an expired key becomes deliverable)
+  ARGV[5]    byte budget: no further message once the bodies returned reach it (at least one goes)
   Returns    as pull: {1, nextDueUs, seq1, gen1, body1, ...} or {-1}
   Invariant: for each key, at most one pull holds outstanding messages, and they are the key's
              oldest un-acked messages in order; an expired lease of a key sends that message and
@@ -30,6 +31,8 @@ local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
 local out = {1, ''}
 local leases = {}
+local bytes, max_bytes = 0, tonumber(ARGV[5])
+local function has_room() return remaining > 0 and bytes < max_bytes end
 
 -- Returns the body if the message is still retained; drops it otherwise.
 local function retained_body(seq)
@@ -46,6 +49,7 @@ local function lease(seq, gen, body)
   out[#out + 1] = gen
   out[#out + 1] = body
   remaining = remaining - 1
+  bytes = bytes + #body
 end
 
 local function deliver_unkeyed(entry)
@@ -60,6 +64,7 @@ local function deliver_key(key)
   local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
   local outstanding = 0
   for _, member in ipairs(members) do
+    if not has_room() then break end -- the rest of the key waits until these are acked
     local seq = tostring(tonumber(string.sub(member, -16)))
     local info = redis.call('HGET', keys.deliveries, seq)
     local gen = info and split_keyed_delivery(info) or 0
@@ -88,18 +93,18 @@ for _, member in ipairs(expired) do
   local info = redis.call('HGET', keys.deliveries, seq)
   if not info then
     redis.call('ZREM', leased_key, member)
-    deliver_unkeyed(member)
+    if has_room() then deliver_unkeyed(member) else redis.call('LPUSH', ready_key, member) end
   elseif redis.call('ZSCORE', leased_key, member) then -- not revoked by an earlier cascade
     local _, _, key = split_keyed_delivery(info)
     if revoke_from(keys, key, seq) then woke = true end
   end
 end
 
-while remaining > 0 do
+while has_room() do
   local entries = redis.call('LPOP', ready_key, remaining)
   if not entries then break end
   for i, entry in ipairs(entries) do
-    if remaining == 0 then
+    if not has_room() then
       -- A key took several slots: what was popped but not served goes back in front, in order.
       for j = #entries, i, -1 do redis.call('LPUSH', ready_key, entries[j]) end
       break

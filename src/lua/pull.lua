@@ -8,6 +8,7 @@
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
+  ARGV[4]    byte budget: no further message once the bodies returned reach it (at least one goes)
   Returns    {1, nextDueUs, seq1, gen1, body1, seq2, gen2, body2, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline ('' if there is no lease), so the caller knows when to look again
@@ -37,7 +38,13 @@ end
 
 local out = {1, ''}
 local leases = {}
-for _, entry in ipairs(candidates) do
+local bytes, max_bytes = 0, tonumber(ARGV[4])
+for i, entry in ipairs(candidates) do
+  if bytes >= max_bytes then
+    -- Over the byte budget: the rest goes back to the front of the ready list, in order.
+    for j = #candidates, i, -1 do redis.call('LPUSH', ready_key, candidates[j]) end
+    break
+  end
   local seq, gen = split_entry(entry)
   local body = redis.call('HGET', messages_key, seq)
   if body and tonumber(string.sub(body, 1, 16)) >= oldest_kept then
@@ -47,6 +54,7 @@ for _, entry in ipairs(candidates) do
     out[#out + 1] = seq
     out[#out + 1] = gen + 1
     out[#out + 1] = body
+    bytes = bytes + #body
   elseif body then
     release_body(messages_key, refs_key, seq)
   end
