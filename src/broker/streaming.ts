@@ -77,6 +77,8 @@ export class StreamingSession {
   private failed = false;
   private lastSentAt = Date.now();
   private heartbeat?: NodeJS.Timeout;
+  /** A connection that never sends its first frame would hold a socket forever. */
+  private firstFrameTimer?: NodeJS.Timeout;
   /** A subscription of the topic changed: re-read ours before the next pull. */
   private configChanged = false;
   /** Frames are handled one at a time, in arrival order. */
@@ -91,7 +93,13 @@ export class StreamingSession {
     private readonly subscriptions: SubscriptionService,
     private readonly wakeups: Wakeups,
     private readonly options: StreamingOptions,
-  ) {}
+  ) {
+    this.firstFrameTimer = setTimeout(() => {
+      const seconds = (2 * options.heartbeatMs) / 1000;
+      this.fail(new ApiError('DEADLINE_EXCEEDED', `No first streaming pull frame within ${seconds} s.`));
+    }, 2 * options.heartbeatMs);
+    this.firstFrameTimer.unref();
+  }
 
   /** Feeds one client frame (raw JSON text). */
   receive(text: string): void {
@@ -104,6 +112,7 @@ export class StreamingSession {
    */
   stop(): void {
     this.closed = true;
+    clearTimeout(this.firstFrameTimer);
     clearInterval(this.heartbeat);
     this.nudge();
   }
@@ -152,6 +161,7 @@ export class StreamingSession {
     if (frame.streamAckDeadlineSeconds === undefined) {
       throw invalidArgument('The first streaming pull frame must set streamAckDeadlineSeconds (10 to 600).');
     }
+    clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
     this.record = (await this.subscriptions.read(this.name)).record;

@@ -881,3 +881,15 @@ t.test('closing a stream', async (t) => {
   t.equal(got.length, 1, 'a message published while a stream was closing reaches an open stream at once (not after the 60 s lease)');
   closing.terminate();
 });
+
+t.test('a connection that never sends its first frame is closed', async (t) => {
+  const b = await openBroker(t);
+  await b.topic('topic1');
+  await b.subscription('sub1', 'topic1');
+  const silent = new StreamClient(b.streamUrl('sub1'));
+  b.clients.push(silent);
+  await silent.opened;
+  const close = await silent.waitClose(10 * HEARTBEAT_MS);
+  t.equal(close.code, 4004, 'closed with DEADLINE_EXCEEDED after two heartbeat periods');
+  t.equal(JSON.parse(close.reason).error.status, 'DEADLINE_EXCEEDED');
+});
