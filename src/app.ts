@@ -149,7 +149,8 @@ function acceptJsonBodies(app: FastifyInstance): void {
   const malformed = () => invalidArgument('Invalid JSON payload received. Body is not valid JSON.');
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'string' }, (request, body, done) => {
-    if (typeof body !== 'string' || body.trim() === '') return done(null, {});
+    // /\S/ stops at the first character of a JSON body; trim() would copy the whole body first.
+    if (typeof body !== 'string' || !/\S/.test(body)) return done(null, {});
     // Prototype poisoning needs a "__proto__" or "constructor" key. Fastify's guarded parser scans
     // every body with regular expressions; a plain substring test lets nearly every body skip that.
     if (body.includes('__proto__') || body.includes('constructor')) {
