@@ -160,13 +160,11 @@ export class DeliveryService {
     const sub = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
     const args = [this.ctx.clock.scriptTime(), seconds, this.ctx.keys.wakeChannel(record.topicUid)];
     return this.settle(record, ackIds, (members) =>
-      record.enableMessageOrdering
-        ? this.ctx.scripts.run(
-            'modify-ack-deadline-ordered',
-            [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-            [...args, ...members],
-          )
-        : this.ctx.scripts.run('modify-ack-deadline', [sub.config, sub.leased, sub.ready], [...args, ...members]),
+      this.ctx.scripts.run(
+        'modify-ack-deadline',
+        [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+        [...args, ...members],
+      ),
     );
   }
 
@@ -179,18 +177,11 @@ export class DeliveryService {
     const sub = data.subscription(record.uid);
     const time = this.ctx.clock.scriptTime();
     const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
-    const reply = (await (record.enableMessageOrdering
-      ? this.ctx.scripts.runBuffers(
-          'pull-ordered',
-          [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-          [time, max, deadlineUs, this.ctx.keys.wakeChannel(record.topicUid), maxBytes],
-        )
-      : this.ctx.scripts.runBuffers('pull', [sub.config, sub.ready, sub.leased, data.messages, data.refs], [
-          time,
-          max,
-          deadlineUs,
-          maxBytes,
-        ]))) as [
+    const reply = (await this.ctx.scripts.runBuffers(
+      'pull',
+      [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+      [time, max, deadlineUs, this.ctx.keys.wakeChannel(record.topicUid), maxBytes],
+    )) as [
       number,
       Buffer | number,
       ...(Buffer | number)[],

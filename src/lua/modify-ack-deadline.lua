@@ -1,11 +1,16 @@
 --[[
-  modify-ack-deadline: sets new deadlines for deliveries of one subscription; 0 seconds is a nack.
+  modify-ack-deadline: sets new deadlines for deliveries of one subscription; 0 seconds is a nack,
+  which makes the message available at once and, for a keyed message of an ordered subscription,
+  cascades to the later outstanding messages of its key.
   KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0")
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
-  KEYS[3]    ready list (a nacked delivery goes back to its front)
+  KEYS[3]    ready list
+  KEYS[4]    keyed ZSET (empty without ordering)
+  KEYS[5]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
+  KEYS[6]    key states (HASH key -> "q" | outstanding count; empty without ordering)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    new deadline in seconds from now (0..600)
-  ARGV[3]    wake channel, published to when something was nacked
+  ARGV[3]    wake channel, published to when something became available
   ARGV[4..]  deliveries as "seq:gen"
   Returns    {-1} when the subscription does not exist, else one code per delivery:
              1  deadline changed (or nacked)
@@ -13,9 +18,11 @@
              2  the lease expired; on exactly-once subscriptions nothing changed, on others the
                 deadline was changed anyway (the message had not been delivered again yet)
   Invariant: only the named generation's lease changes; a nack ends that lease, so its ack ID
-             stops working, and makes the message available at once.
+             stops working. A nacked keyed message is delivered again before any later message of
+             its key, and the later ones already handed out are delivered again after it, in order.
 ]]
 local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
+local keys = { keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased = leased_key, ready = ready_key }
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
 local exactly_once = exactly_once_mode(config_key)
@@ -23,20 +30,25 @@ if exactly_once == nil then return {-1} end
 mark_active(config_key, now)
 
 local results = {}
-local nacked = false
+local woke = false
 for i = 4, #ARGV do
   local member = ARGV[i]
   local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
-  if status == 'valid' or status == 'expired' then
-    if seconds == 0 then
+  if (status == 'valid' or status == 'expired') and seconds > 0 then
+    redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
+  elseif status == 'valid' or status == 'expired' then
+    local seq = split_entry(member)
+    local info = redis.call('HGET', keys.deliveries, seq)
+    if info then
+      local _, _, key = split_keyed_delivery(info)
+      if revoke_from(keys, key, seq) then woke = true end
+    else
       redis.call('ZREM', leased_key, member)
       redis.call('LPUSH', ready_key, member)
-      nacked = true
-    else
-      redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
+      woke = true
     end
   end
   results[#results + 1] = RESULT[status]
 end
-if nacked then redis.call('PUBLISH', ARGV[3], '1') end
+if woke then redis.call('PUBLISH', ARGV[3], '1') end
 return results

@@ -93,7 +93,7 @@ local function split_entry(entry)
   return string.sub(entry, 1, colon - 1), tonumber(string.sub(entry, colon + 1))
 end
 
--- ---- Ordered delivery (used by the *-ordered scripts and drop-subscription) ----
+-- ---- Ordered delivery (used by pull, modify-ack-deadline, acknowledge-ordered, drop-subscription) ----
 -- A keyed message is the member <4-digit key length><key><16-digit seq> of the subscription's
 -- `keyed` ZSET (all scores 0), so one lexicographic range holds one key's messages in order.
 local function key_prefix(key)

@@ -1,63 +1,124 @@
 --[[
-  pull: leases up to N available messages of one subscription to the caller.
+  pull: leases up to N available messages of one subscription. Messages without an ordering key
+  (every message of a subscription without ordering) go out as they come; on an ordered
+  subscription the messages of one key go out in publish order, consecutive ones together, and
+  only while nothing of that key is outstanding.
   KEYS[1]    subscription config (HASH ackDeadlineUs, retentionUs, ...)
-  KEYS[2]    ready list (LIST of "seq" | "seq:gen", oldest first)
+  KEYS[2]    ready list (LIST of "seq" | "seq:gen" for unkeyed messages, "k:<key>" for keys)
   KEYS[3]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[4]    message bodies (HASH seq -> body)
   KEYS[5]    body reference counts
+  KEYS[6]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
+  KEYS[7]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
+  KEYS[8]    key states (HASH key -> "q" | outstanding count; empty without ordering)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
-  ARGV[4]    byte budget: no further message once the bodies returned reach it (at least one goes)
+  ARGV[4]    wake channel (published to when an expired key becomes deliverable)
+  ARGV[5]    byte budget: no further message once the bodies returned reach it (at least one goes)
   Returns    {1, nextDueUs, seq1, gen1, body1, seq2, gen2, body2, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline ('' if there is no lease), so the caller knows when to look again
              {-1}   the subscription does not exist (deleted, or never attached)
-  Invariant: a message is leased to at most one delivery (generation) at a time; a lease
-             whose deadline has passed is re-leased with the next generation; messages older
-             than the retention are dropped, never delivered.
+  Invariant: a message is leased to at most one delivery (generation) at a time, and messages
+             older than the retention are dropped, never delivered. For each key, at most one
+             pull holds outstanding messages, and they are the key's oldest un-acked messages in
+             order; an expired lease of a key sends that message and every later outstanding one
+             of the key back, in order, before anything newer.
 ]]
 local config_key, ready_key, leased_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local keys = { keyed = KEYS[6], deliveries = KEYS[7], states = KEYS[8], leased = leased_key, ready = ready_key }
 local now = now_us(ARGV[1])
-local max = tonumber(ARGV[2])
+local remaining = tonumber(ARGV[2])
 local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
 if not config[1] then return {-1} end
 mark_active(config_key, now)
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
-
--- Expired leases first: they are the oldest outstanding work.
-local candidates = redis.call('ZRANGEBYSCORE', leased_key, '-inf', now, 'LIMIT', 0, max)
-if #candidates > 0 then redis.call('ZREM', leased_key, unpack(candidates)) end
-if #candidates < max then
-  local fresh = redis.call('LPOP', ready_key, max - #candidates)
-  if fresh then
-    for _, entry in ipairs(fresh) do candidates[#candidates + 1] = entry end
-  end
-end
-
 local out = {1, ''}
 local leases = {}
-local bytes, max_bytes = 0, tonumber(ARGV[4])
-for i, entry in ipairs(candidates) do
-  if bytes >= max_bytes then
-    -- Over the byte budget: the rest goes back to the front of the ready list, in order.
-    for j = #candidates, i, -1 do redis.call('LPUSH', ready_key, candidates[j]) end
-    break
-  end
-  local seq, gen = split_entry(entry)
+local bytes, max_bytes = 0, tonumber(ARGV[5])
+local function has_room() return remaining > 0 and bytes < max_bytes end
+
+-- Returns the body if the message is still retained; drops it otherwise.
+local function retained_body(seq)
   local body = redis.call('HGET', messages_key, seq)
-  if body and tonumber(string.sub(body, 1, 16)) >= oldest_kept then
-    local member = seq .. ':' .. (gen + 1)
-    leases[#leases + 1] = deadline
-    leases[#leases + 1] = member
-    out[#out + 1] = seq
-    out[#out + 1] = gen + 1
-    out[#out + 1] = body
-    bytes = bytes + #body
-  elseif body then
-    release_body(messages_key, refs_key, seq)
+  if body and tonumber(string.sub(body, 1, 16)) >= oldest_kept then return body end
+  if body then release_body(messages_key, refs_key, seq) end
+  return nil
+end
+
+local function lease(seq, gen, body)
+  leases[#leases + 1] = deadline
+  leases[#leases + 1] = seq .. ':' .. gen
+  out[#out + 1] = seq
+  out[#out + 1] = gen
+  out[#out + 1] = body
+  remaining = remaining - 1
+  bytes = bytes + #body
+end
+
+local function deliver_unkeyed(entry)
+  local seq, gen = split_entry(entry)
+  local body = retained_body(seq)
+  if body then lease(seq, gen + 1, body) end
+end
+
+-- Leases the key's oldest messages (it has nothing outstanding when its marker is popped).
+local function deliver_key(key)
+  local min, max = key_range(key)
+  local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
+  local outstanding = 0
+  for _, member in ipairs(members) do
+    if not has_room() then break end -- the rest of the key waits until these are acked
+    local seq = tostring(tonumber(string.sub(member, -16)))
+    local info = redis.call('HGET', keys.deliveries, seq)
+    local gen = info and split_keyed_delivery(info) or 0
+    local body = retained_body(seq)
+    if body then
+      redis.call('HSET', keys.deliveries, seq, (gen + 1) .. '|o|' .. key)
+      lease(seq, gen + 1, body)
+      outstanding = outstanding + 1
+    else
+      redis.call('ZREM', keys.keyed, member)
+      redis.call('HDEL', keys.deliveries, seq)
+    end
+  end
+  if outstanding > 0 then
+    redis.call('HSET', keys.states, key, outstanding)
+  else
+    release_key(keys.keyed, keys.states, keys.ready, key, false)
   end
 end
+
+-- Expired leases first. Unkeyed ones are delivered again right here; keyed ones cascade.
+local woke = false
+local expired = redis.call('ZRANGEBYSCORE', leased_key, '-inf', now, 'LIMIT', 0, remaining)
+for _, member in ipairs(expired) do
+  local seq = split_entry(member)
+  local info = redis.call('HGET', keys.deliveries, seq)
+  if not info then
+    redis.call('ZREM', leased_key, member)
+    if has_room() then deliver_unkeyed(member) else redis.call('LPUSH', ready_key, member) end
+  elseif redis.call('ZSCORE', leased_key, member) then -- not revoked by an earlier cascade
+    local _, _, key = split_keyed_delivery(info)
+    if revoke_from(keys, key, seq) then woke = true end
+  end
+end
+
+while has_room() do
+  local entries = redis.call('LPOP', ready_key, remaining)
+  if not entries then break end
+  for i, entry in ipairs(entries) do
+    if not has_room() then
+      -- A key took several slots: what was popped but not served goes back in front, in order.
+      for j = #entries, i, -1 do redis.call('LPUSH', ready_key, entries[j]) end
+      break
+    end
+    if string.sub(entry, 1, 2) == 'k:' then deliver_key(string.sub(entry, 3)) else deliver_unkeyed(entry) end
+  end
+end
+
 finish_pull(leased_key, leases, out, now)
+if woke then redis.call('PUBLISH', ARGV[4], '1') end
 return out

@@ -16,11 +16,9 @@ const PRELUDE_FILE = 'prelude.lua';
 export const SCRIPT_NAMES = [
   'publish',
   'pull',
-  'pull-ordered',
   'acknowledge',
   'acknowledge-ordered',
   'modify-ack-deadline',
-  'modify-ack-deadline-ordered',
   'attach-subscription',
   'configure-subscription',
   'touch-subscription',
