@@ -19,6 +19,18 @@ function connection(target: BullConnection) {
   return { host: target.host, port: target.port, maxRetriesPerRequest: null };
 }
 
+/** Adding `messages` jobs with 1 KB payloads in batches of `batch`, from `concurrency` adders. */
+interface AddOptions {
+  workload: string;
+  target: BullConnection;
+  queueName: string;
+  messages: number;
+  batch: number;
+  concurrency: number;
+  payloads: string[];
+  timeoutMs: number;
+}
+
 /**
  * Adds `messages` 1 KB jobs with addBulk in batches, from `concurrency` concurrent adders, like
  * the broker's publishers; jobs are removed on completion (the counterpart of an acked message).
@@ -26,7 +38,7 @@ function connection(target: BullConnection) {
  */
 function addJobs(
   queue: Queue,
-  options: { workload: string; messages: number; batch: number; concurrency: number; payloads: string[]; timeoutMs: number },
+  options: AddOptions,
   latency: Latency,
 ): Promise<number> {
   const batches = Math.ceil(options.messages / options.batch);
@@ -49,16 +61,7 @@ function addJobs(
   });
 }
 
-export async function bullmqAddWorkload(options: {
-  workload: string;
-  target: BullConnection;
-  queueName: string;
-  messages: number;
-  batch: number;
-  concurrency: number;
-  payloads: string[];
-  timeoutMs: number;
-}): Promise<ThroughputResult> {
+export async function bullmqAddWorkload(options: AddOptions): Promise<ThroughputResult> {
   const queue = new Queue(options.queueName, { connection: connection(options.target), prefix: PREFIX });
   try {
     await queue.waitUntilReady();
@@ -129,18 +132,9 @@ export async function bullmqProcessWorkload(options: {
  * callers addBulk `messages` 1 KB jobs (batches of `batch`) at full speed. Rate = messages /
  * (first add -> last completion).
  */
-export async function bullmqEndToEndWorkload(options: {
-  workload: string;
-  target: BullConnection;
-  queueName: string;
-  messages: number;
-  batch: number;
-  concurrency: number;
-  payloads: string[];
-  workers: number;
-  workerConcurrency: number;
-  timeoutMs: number;
-}): Promise<ThroughputResult> {
+export async function bullmqEndToEndWorkload(
+  options: AddOptions & { workers: number; workerConcurrency: number },
+): Promise<ThroughputResult> {
   const queue = new Queue(options.queueName, { connection: connection(options.target), prefix: PREFIX });
   let completed = 0;
   let failed = 0;

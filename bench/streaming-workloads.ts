@@ -28,6 +28,17 @@ interface ServerFrame {
   error?: { code: number; message: string; status: string };
 }
 
+/** What both streaming workloads need: the broker, its Redis, and the streams' settings. */
+interface StreamingWorkload {
+  workload: string;
+  client: HttpClient;
+  admin: Redis;
+  keyPrefix: string;
+  topicId: string;
+  subscriptionId: string;
+  stream: StreamSettings;
+}
+
 export interface StreamSettings {
   /** ws://host:port of the broker. */
   wsBase: string;
@@ -176,14 +187,7 @@ async function settleAndCheck(
  * publishers publish `messages` messages at full speed. Rate = messages / (first publish ->
  * last message received). Fails unless every published message is received.
  */
-export async function streamingThroughputWorkload(options: {
-  workload: string;
-  client: HttpClient;
-  admin: Redis;
-  keyPrefix: string;
-  topicId: string;
-  subscriptionId: string;
-  stream: StreamSettings;
+export async function streamingThroughputWorkload(options: StreamingWorkload & {
   messages: number;
   batch: number;
   concurrency: number;
@@ -252,14 +256,7 @@ export async function streamingThroughputWorkload(options: {
  * request) for `seconds`, to a topic whose subscription `subscribers` streams consume and ack.
  * Latency = time the frame with the message arrived - send time of its publish request.
  */
-export async function streamingLatencyWorkload(options: {
-  workload: string;
-  client: HttpClient;
-  admin: Redis;
-  keyPrefix: string;
-  topicId: string;
-  subscriptionId: string;
-  stream: StreamSettings;
+export async function streamingLatencyWorkload(options: StreamingWorkload & {
   rate: number;
   seconds: number;
   batch: number;
