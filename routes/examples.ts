@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import { ApiError } from '../src/errors.ts';
 import { packagePath } from '../src/paths.ts';
 
@@ -41,19 +41,13 @@ async function buildClientBundle(): Promise<string> {
  * (GET /client/pubsub-client.js). Same origin as the broker, so the page needs no CORS.
  */
 export async function exampleRoutes(app: FastifyInstance): Promise<void> {
-  app.get('/examples/browser', async (_request, reply) =>
+  const exampleFile = (file: string, type: string) => async (_request: unknown, reply: FastifyReply) =>
     reply
-      .type('text/html; charset=utf-8')
+      .type(`${type}; charset=utf-8`)
       .header('cache-control', 'no-cache')
-      .send(await readFile(join(BROWSER_EXAMPLE, 'index.html'), 'utf8')),
-  );
-
-  app.get('/examples/browser/app.js', async (_request, reply) =>
-    reply
-      .type('text/javascript; charset=utf-8')
-      .header('cache-control', 'no-cache')
-      .send(await readFile(join(BROWSER_EXAMPLE, 'app.js'), 'utf8')),
-  );
+      .send(await readFile(join(BROWSER_EXAMPLE, file), 'utf8'));
+  app.get('/examples/browser', exampleFile('index.html', 'text/html'));
+  app.get('/examples/browser/app.js', exampleFile('app.js', 'text/javascript'));
 
   app.get('/client/pubsub-client.js', async (request, reply) => {
     let code: string;

@@ -47,12 +47,23 @@ const commandName = (name: ScriptName) => `pubsub_${name.replaceAll('-', '_')}`;
 type Arg = string | number | Buffer;
 type ScriptCaller = (numberOfKeys: number, ...args: Arg[]) => Promise<unknown>;
 
-export class Scripts {
-  constructor(private readonly redis: RedisClient) {
+/** Every script as sent to Redis: the prelude, then the script. Read from disk once per process. */
+let scriptSources: Map<ScriptName, string> | undefined;
+function loadScriptSources(): Map<ScriptName, string> {
+  if (!scriptSources) {
     const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
-    for (const name of SCRIPT_NAMES) {
+    scriptSources = new Map(SCRIPT_NAMES.map((name) => [name, `${prelude}\n${readScriptSource(name)}`]));
+  }
+  return scriptSources;
+}
+
+export class Scripts {
+  private readonly sources = loadScriptSources();
+
+  constructor(private readonly redis: RedisClient) {
+    for (const [name, lua] of this.sources) {
       if (typeof (redis as unknown as Record<string, unknown>)[commandName(name)] === 'function') continue;
-      redis.defineCommand(commandName(name), { lua: `${prelude}\n${readScriptSource(name)}` });
+      redis.defineCommand(commandName(name), { lua });
     }
   }
 
@@ -68,13 +79,8 @@ export class Scripts {
 
   /** Loads every script into the Redis script cache (used by readiness checks). */
   async loadAll(): Promise<void> {
-    const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
     const nodes = 'nodes' in this.redis ? this.redis.nodes('master') : [this.redis];
-    await Promise.all(
-      nodes.flatMap((node) =>
-        SCRIPT_NAMES.map((name) => node.script('LOAD', `${prelude}\n${readScriptSource(name)}`)),
-      ),
-    );
+    await Promise.all(nodes.flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))));
   }
 
   private caller(command: string): ScriptCaller {
