@@ -1,25 +1,70 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { unavailable } from '../src/errors.ts';
+import { backlogByRegion } from '../src/broker/metrics.ts';
+import type { Region } from '../src/broker/regions.ts';
 import { packagePath } from '../src/paths.ts';
 import type { RouteOptions } from './index.ts';
 
 const OPENAPI_DOCUMENT = readFileSync(packagePath('openapi.yaml'), 'utf8');
+/** A region that does not answer within this is reported unreachable (a hung server must not hang the probe). */
+const PROBE_TIMEOUT_MS = 2_000;
 
 export async function healthRoutes(app: FastifyInstance, { broker }: RouteOptions): Promise<void> {
+  const { regions } = broker;
+
   /** The process is up (liveness). */
   app.get('/healthz', async () => ({ status: 'ok' }));
 
-  /** Redis answers and every script is loaded (readiness). */
-  app.get('/readyz', async () => {
-    try {
-      await broker.ctx.redis.ping();
-      await broker.ctx.scripts.loadAll();
-    } catch {
-      throw unavailable('Not ready: Redis cannot be reached.');
+  /**
+   * Redis answers and every script is loaded (readiness). With regions: this endpoint's region
+   * must be reachable and synced; every region's state is reported.
+   */
+  app.get('/readyz', async (_request, reply) => {
+    if (!regions.multiRegion) {
+      if (!(await probe(regions.local))) throw unavailable('Not ready: Redis cannot be reached.');
+      return { status: 'ready', redis: 'ok' };
     }
-    return { status: 'ready', redis: 'ok' };
+    const states = await Promise.all(
+      regions.all.map(async (region) => {
+        const reachable = await probe(region);
+        return [region.name, { reachable, synced: reachable && region.usable }] as const;
+      }),
+    );
+    const byName = Object.fromEntries(states);
+    const ready = byName[regions.local.name].synced;
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', region: regions.local.name, regions: byName });
+  });
+
+  /**
+   * Prometheus text format. `pubsub_subscription_num_unacked_messages_by_region` is the backlog
+   * of each subscription in each reachable region (Pub/Sub's subscription/num_unacked_messages_by_region).
+   */
+  app.get('/metrics', async (_request, reply) => {
+    const lines = [
+      '# HELP pubsub_subscription_num_unacked_messages_by_region Messages not yet acknowledged, by the region that stores them.',
+      '# TYPE pubsub_subscription_num_unacked_messages_by_region gauge',
+    ];
+    for (const { subscription, region, unacked } of await backlogByRegion(regions)) {
+      lines.push(`pubsub_subscription_num_unacked_messages_by_region{subscription="${subscription}",region="${region}"} ${unacked}`);
+    }
+    return reply.type('text/plain; version=0.0.4; charset=utf-8').send(`${lines.join('\n')}\n`);
   });
 
   app.get('/openapi.yaml', async (_request, reply) => reply.type('text/yaml; charset=utf-8').send(OPENAPI_DOCUMENT));
+}
+
+async function probe(region: Region): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS)));
+  const check = (async () => {
+    await region.ctx.redis.ping();
+    await region.ctx.scripts.loadAll();
+    return true;
+  })().catch(() => false);
+  try {
+    return await Promise.race([check, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

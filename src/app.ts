@@ -1,12 +1,13 @@
-import { randomBytes } from 'node:crypto';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { registerRoutes } from '../routes/index.ts';
 import { ackIdCodecLoader } from './broker/ack-id.ts';
 import { redisClock, type Clock } from './broker/clock.ts';
 import type { BrokerContext } from './broker/context.ts';
+import { ControlPlane, loadAckSecret } from './broker/control-plane.ts';
 import { DeliveryService } from './broker/delivery.ts';
 import { SubscriptionService } from './broker/subscriptions.ts';
 import { TopicService } from './broker/topics.ts';
+import { Region, Regions } from './broker/regions.ts';
 import { StreamRegistry } from './broker/streams.ts';
 import { Wakeups } from './broker/wakeups.ts';
 import websocket from '@fastify/websocket';
@@ -34,10 +35,26 @@ export interface AppOptions {
    * (e.g. UNAUTHENTICATED) to refuse the request. The place for authentication.
    */
   onRequest?: (request: FastifyRequest) => Promise<void>;
+  /**
+   * A deployment with regions: this endpoint's region name (its Redis is `redis`) and every other
+   * region's Redis. Without it there is one region and nothing is synced.
+   */
+  regions?: { local: string; others: RegionConnection[] };
+}
+
+export interface RegionConnection {
+  name: string;
+  /** The caller owns it, as it owns `redis`. */
+  redis: RedisClient;
+  /** Made with `redis.duplicate()` if absent. */
+  subscriber?: RedisClient;
 }
 
 export interface Broker {
+  /** This endpoint's region. */
   ctx: BrokerContext;
+  regions: Regions;
+  controlPlane: ControlPlane;
   topics: TopicService;
   subscriptions: SubscriptionService;
   delivery: DeliveryService;
@@ -77,28 +94,30 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
   const keys = new Keys(options.keyPrefix ?? 'ps');
-  const ctx: BrokerContext = {
-    redis: options.redis,
-    keys,
-    scripts: new Scripts(options.redis),
-    clock: options.clock ?? redisClock,
+  const clock = options.clock ?? redisClock;
+  const multiRegion = options.regions !== undefined;
+  /** Subscriber connections this app made, and so closes. */
+  const ownSubscribers: RedisClient[] = [];
+  const makeRegion = (name: string, redis: RedisClient, subscriber: RedisClient | undefined) => {
+    if (!subscriber) ownSubscribers.push((subscriber = redis.duplicate()));
+    const ctx: BrokerContext = { redis, keys, scripts: new Scripts(redis), clock };
+    return new Region(name, ctx, new Wakeups(subscriber), multiRegion);
   };
-  const subscriber = options.subscriber ?? options.redis.duplicate();
-  const wakeups = new Wakeups(subscriber);
-  const topics = new TopicService(ctx);
-  const subscriptions = new SubscriptionService(ctx, topics);
-  const delivery = new DeliveryService(ctx, topics, subscriptions, {
-    ackIds: ackIdCodecLoader(async () => {
-      await options.redis.set(keys.ackSecret, randomBytes(32).toString('hex'), 'NX');
-      const secret = await options.redis.get(keys.ackSecret);
-      if (!secret) throw new Error('the ack ID secret vanished from Redis');
-      return Buffer.from(secret, 'hex');
-    }),
-    wakeups,
+  const regions = new Regions(
+    makeRegion(options.regions?.local ?? '', options.redis, options.subscriber),
+    (options.regions?.others ?? []).map((other) => makeRegion(other.name, other.redis, other.subscriber)),
+  );
+  const ctx = regions.local.ctx;
+  const controlPlane = new ControlPlane(regions, (message) => app.log.warn(message));
+  const topics = new TopicService(regions, controlPlane);
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics);
+  const delivery = new DeliveryService(regions, topics, subscriptions, {
+    ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: options.pullWaitMs ?? 20_000,
   });
-  const streams = new StreamRegistry(delivery, subscriptions, wakeups, options.streamHeartbeatMs ?? 15_000);
-  app.decorate('broker', { ctx, topics, subscriptions, delivery, streams });
+  const streams = new StreamRegistry(delivery, subscriptions, options.streamHeartbeatMs ?? 15_000);
+  app.decorate('broker', { ctx, regions, controlPlane, topics, subscriptions, delivery, streams });
+  controlPlane.start();
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);
@@ -123,10 +142,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook('preClose', async () => {
     await streams.closeAll();
     delivery.close();
-    await wakeups.close();
+    await Promise.all(regions.all.map((region) => region.wakeups.close()));
+    await controlPlane.stop();
   });
   app.addHook('onClose', async () => {
-    if (!options.subscriber) subscriber.disconnect();
+    for (const subscriber of ownSubscribers) subscriber.disconnect();
   });
 
   // Twice the frame limit, so that the stream itself can answer an oversize frame with a

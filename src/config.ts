@@ -26,6 +26,46 @@ const clusterNodes = z
     return nodes;
   });
 
+/** Region names as Pub/Sub spells them (us-east1, europe-west4); they also appear in ack IDs. */
+export const REGION_NAME = /^[a-z][a-z0-9-]{0,62}$/;
+
+export interface RegionRedis {
+  name: string;
+  /** A standalone Redis ... */
+  url?: string;
+  /** ... or the seed nodes of a Redis Cluster. */
+  clusterNodes?: { host: string; port: number }[];
+}
+
+/**
+ * REGIONS: comma-separated `name=redis://host:port` entries (rediss:// for TLS), or
+ * `name=cluster://host:port+host:port` for a region whose data lives on a Redis Cluster.
+ */
+const regionList = z.string().transform((value, ctx) => {
+  const regions: RegionRedis[] = [];
+  for (const entry of value.split(',').map((part) => part.trim()).filter(Boolean)) {
+    const match = /^([^=]+)=(.+)$/.exec(entry);
+    const name = match?.[1].trim() ?? '';
+    const target = match?.[2].trim() ?? '';
+    if (!match || !REGION_NAME.test(name)) {
+      ctx.addIssue({ code: 'custom', message: `"${entry}" is not name=redis://host:port (names: lowercase letters, digits, "-")` });
+      continue;
+    }
+    if (regions.some((region) => region.name === name)) ctx.addIssue({ code: 'custom', message: `region ${name} is listed twice` });
+    if (target.startsWith('cluster://')) {
+      const nodes = clusterNodes.safeParse(target.slice('cluster://'.length).replaceAll('+', ','));
+      if (nodes.success) regions.push({ name, clusterNodes: nodes.data });
+      else ctx.addIssue({ code: 'custom', message: `region ${name}: "${target}" is not cluster://host:port+host:port` });
+    } else if (z.url({ protocol: /^rediss?$/ }).safeParse(target).success) {
+      regions.push({ name, url: target });
+    } else {
+      ctx.addIssue({ code: 'custom', message: `region ${name}: "${target}" is not a redis:// URL` });
+    }
+  }
+  if (regions.length === 0) ctx.addIssue({ code: 'custom', message: 'lists no region' });
+  return regions;
+});
+
 const environmentSchema = z.object({
   PORT: portNumber.default(8085),
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -40,6 +80,8 @@ const environmentSchema = z.object({
     .regex(/^[A-Za-z0-9_.-]+$/, 'may hold only letters, digits, "_", "." and "-"')
     .default('ps'),
   PULL_WAIT_SECONDS: z.coerce.number().min(0).max(600).default(20),
+  REGION: z.string().regex(REGION_NAME, 'is not a region name (lowercase letters, digits, "-")').optional(),
+  REGIONS: regionList.optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -54,8 +96,28 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     const problems = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`).join('\n');
     throw new ConfigError(`Invalid configuration in the environment:\n${problems}`);
   }
-  if (parsed.data.REDIS_URL && parsed.data.REDIS_CLUSTER_NODES) {
+  const config = parsed.data;
+  if (config.REDIS_URL && config.REDIS_CLUSTER_NODES) {
     throw new ConfigError('Set REDIS_URL or REDIS_CLUSTER_NODES, not both.');
   }
-  return parsed.data;
+  checkRegions(config);
+  return config;
+}
+
+/** REGION names this endpoint's entry of REGIONS; REDIS_URL, if also set, must be that entry. */
+function checkRegions(config: Config): void {
+  if (!config.REGION && !config.REGIONS) return;
+  if (!config.REGION || !config.REGIONS) {
+    throw new ConfigError('Set both REGION (this endpoint\'s region) and REGIONS (every region\'s Redis), or neither.');
+  }
+  const local = config.REGIONS.find((region) => region.name === config.REGION);
+  if (!local) {
+    throw new ConfigError(`REGION ${config.REGION} is not listed in REGIONS (${config.REGIONS.map((r) => r.name).join(', ')}).`);
+  }
+  if (config.REDIS_CLUSTER_NODES) {
+    throw new ConfigError('With REGIONS, give a region on Redis Cluster as name=cluster://host:port+host:port, not REDIS_CLUSTER_NODES.');
+  }
+  if (config.REDIS_URL && config.REDIS_URL !== local.url) {
+    throw new ConfigError(`REDIS_URL (${config.REDIS_URL}) is not region ${config.REGION}'s Redis in REGIONS (${local.url ?? 'a cluster'}).`);
+  }
 }

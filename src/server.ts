@@ -1,6 +1,6 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { buildApp } from './app.ts';
-import { loadConfig, ConfigError, type Config } from './config.ts';
+import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
 import { ManagedRedis, ManagedRedisError } from './redis/managed.ts';
 import type { RedisClient } from './redis/scripts.ts';
 
@@ -24,16 +24,23 @@ const connectionOptions: RedisOptions = {
 };
 
 /** `queueWhileOffline`: the wake-up subscriber may queue SUBSCRIBEs until it is connected. */
-function connect(config: Config, managedUrl: string | undefined, queueWhileOffline = false): RedisClient {
+function connect(target: RegionRedis, queueWhileOffline = false): RedisClient {
   const options = { ...connectionOptions, enableOfflineQueue: queueWhileOffline };
-  if (config.REDIS_CLUSTER_NODES) {
-    return new Cluster(config.REDIS_CLUSTER_NODES, {
-      enableOfflineQueue: queueWhileOffline,
-      redisOptions: options,
-      clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
-    });
-  }
-  return new Redis(config.REDIS_URL ?? managedUrl!, options);
+  const client = target.clusterNodes
+    ? new Cluster(target.clusterNodes, {
+        enableOfflineQueue: queueWhileOffline,
+        redisOptions: options,
+        clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+      })
+    : new Redis(target.url!, options);
+  // It reconnects by itself; requests meanwhile answer UNAVAILABLE.
+  client.on('error', () => {});
+  return client;
+}
+
+/** A region's Redis: the command connection and the wake-up subscriber. */
+function connectRegion(target: RegionRedis) {
+  return { name: target.name, redis: connect(target), subscriber: connect(target, true) };
 }
 
 async function main(): Promise<void> {
@@ -42,7 +49,7 @@ async function main(): Promise<void> {
     if (config.LOG_LEVEL !== 'silent') process.stderr.write(`[broker] ${message}\n`);
   };
   const managed =
-    config.REDIS_URL || config.REDIS_CLUSTER_NODES
+    config.REDIS_URL || config.REDIS_CLUSTER_NODES || config.REGIONS
       ? undefined
       : await ManagedRedis.start({
           binary: config.REDIS_SERVER_BIN,
@@ -51,14 +58,19 @@ async function main(): Promise<void> {
           appendfsync: config.REDIS_APPENDFSYNC,
           log,
         });
-  const redis = connect(config, managed?.url);
-  const subscriber = connect(config, managed?.url, true);
-  // Both reconnect by themselves; requests meanwhile answer UNAVAILABLE.
-  redis.on('error', () => {});
-  subscriber.on('error', () => {});
+  const local = connectRegion(
+    config.REGIONS?.find((region) => region.name === config.REGION) ?? {
+      name: '',
+      url: config.REDIS_URL ?? managed?.url,
+      clusterNodes: config.REDIS_CLUSTER_NODES,
+    },
+  );
+  const others = (config.REGIONS ?? []).filter((region) => region.name !== config.REGION).map(connectRegion);
+  const { redis, subscriber } = local;
   const app = await buildApp({
     redis,
     subscriber,
+    regions: config.REGION ? { local: config.REGION, others } : undefined,
     keyPrefix: config.KEY_PREFIX,
     pullWaitMs: config.PULL_WAIT_SECONDS * 1000,
     logger: { level: config.LOG_LEVEL },
@@ -84,8 +96,10 @@ async function main(): Promise<void> {
     log(`${signal} received, shutting down`);
     clearInterval(janitor);
     await app.close();
-    redis.disconnect();
-    subscriber.disconnect();
+    for (const region of [local, ...others]) {
+      region.redis.disconnect();
+      region.subscriber.disconnect();
+    }
     await managed?.stop();
     process.exit(0);
   };
@@ -93,7 +107,11 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 
   const address = await app.listen({ port: config.PORT, host: config.HOST });
-  const redisDescription = managed ? `managed redis-server on ${managed.url} (data in ${config.DATA_DIR})` : 'external Redis';
+  const redisDescription = managed
+    ? `managed redis-server on ${managed.url} (data in ${config.DATA_DIR})`
+    : config.REGION
+      ? `region ${config.REGION} of ${config.REGIONS!.map((region) => region.name).join(', ')}`
+      : 'external Redis';
   log(`listening on ${address}, using ${redisDescription}`);
 }
 

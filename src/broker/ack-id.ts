@@ -8,15 +8,20 @@ import { hash } from 'node:crypto';
  * opaque to clients, cannot be forged to reach another subscription or delivery, and a
  * stale one never matches a newer delivery because the generation differs.
  *
- *   <subscriptionUid>-<seq base36>-<generation base36>-<tag: 22 base64url characters>
+ *   [<region>.]<subscriptionUid>-<seq base36>-<generation base36>-<tag: 22 base64url characters>
+ *
+ * In a deployment with regions the ack ID starts with the region that stores the message (the
+ * tag covers it), so an ack through any region's endpoint goes where the lease lives.
  */
 export interface Delivery {
+  /** '' without regions. */
+  region: string;
   subscriptionUid: string;
   seq: string;
   generation: number;
 }
 
-const ACK_ID = /^([0-9a-f]{16})-([0-9a-z]{1,13})-([0-9a-z]{1,10})-([A-Za-z0-9_-]{22})$/;
+const ACK_ID = /^(?:([a-z][a-z0-9-]{0,62})\.)?([0-9a-f]{16})-([0-9a-z]{1,13})-([0-9a-z]{1,10})-([A-Za-z0-9_-]{22})$/;
 /** 22 base64url characters: 132 bits of the digest. */
 const TAG_LENGTH = 22;
 
@@ -28,7 +33,8 @@ export class AckIdCodec {
   }
 
   encode(delivery: Delivery): string {
-    const body = `${delivery.subscriptionUid}-${Number(delivery.seq).toString(36)}-${delivery.generation.toString(36)}`;
+    const region = delivery.region ? `${delivery.region}.` : '';
+    const body = `${region}${delivery.subscriptionUid}-${Number(delivery.seq).toString(36)}-${delivery.generation.toString(36)}`;
     return `${body}-${this.tag(body)}`;
   }
 
@@ -39,7 +45,12 @@ export class AckIdCodec {
   decode(ackId: string): Delivery | undefined {
     const match = ACK_ID.exec(ackId);
     if (!match) return undefined;
-    const delivery = { subscriptionUid: match[1], seq: String(parseInt(match[2], 36)), generation: parseInt(match[3], 36) };
+    const delivery = {
+      region: match[1] ?? '',
+      subscriptionUid: match[2],
+      seq: String(parseInt(match[3], 36)),
+      generation: parseInt(match[4], 36),
+    };
     return sameInConstantTime(this.encode(delivery), ackId) ? delivery : undefined;
   }
 

@@ -1,13 +1,13 @@
-import { ApiError, exactlyOnceAckFailure, invalidArgument, notFound, type AckFailureCode } from '../errors.ts';
+import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
-import type { BrokerContext } from './context.ts';
 import { formatTimestampUs } from './durations.ts';
 import { packMessage, unpackMessage } from './message-codec.ts';
-import type { ResourceName } from './names.ts';
+import { parseResourceName, type ResourceName } from './names.ts';
+import type { Region, Regions } from './regions.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
-import type { TopicService } from './topics.ts';
-import type { Wakeups } from './wakeups.ts';
+import type { TopicRecord, TopicService } from './topics.ts';
+import type { Waiter } from './wakeups.ts';
 
 export const MAX_PULL_MESSAGES = 1000;
 /**
@@ -42,28 +42,28 @@ interface Attachments {
 export interface DeliveryOptions {
   /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
   ackIds: () => Promise<AckIdCodec>;
-  wakeups: Wakeups;
   /** Upper bound of a long-polling pull, in milliseconds. */
   pullWaitMs: number;
 }
 
-/** Publishing and the pull/ack/modack cycle, each state change one script. */
+/**
+ * Publishing and the pull/ack/modack cycle, each state change one script. A publish is stored
+ * in one region (this endpoint's, unless the topic's storage policy says otherwise); pulls
+ * look in every usable region, this one first; an ack goes to the region its ack ID names.
+ */
 export class DeliveryService {
-  /** Per topic incarnation: the attached subscriptions this node last read (checked by publish). */
+  /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
   private readonly attachments = new Map<string, Attachments>();
+  /** Counts pulls, so that every few a remote region is looked at first (see pullOrder). */
+  private pulls = 0;
   private closing = false;
 
   constructor(
-    private readonly ctx: BrokerContext,
+    private readonly regions: Regions,
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
     private readonly options: DeliveryOptions,
   ) {}
-
-  /** The channel on which publishes and nacks of the subscription's topic wake waiters. */
-  wakeChannel(record: SubscriptionRecord): string {
-    return this.ctx.keys.wakeChannel(record.topicUid);
-  }
 
   /** Stops long polls from waiting (graceful shutdown). */
   close(): void {
@@ -73,37 +73,42 @@ export class DeliveryService {
   async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
     const bodies = checkPublishRequest(messages);
     const orderingKey = messages[0].orderingKey ?? '';
-    const { record } = await this.topics.read(topicName);
-    const data = this.ctx.keys.topicData(record.uid);
-    const wakeChannel = this.ctx.keys.wakeChannel(record.uid);
+    const record = await this.topics.read(topicName);
+    const region = this.storageRegion(record, orderingKey);
+    const { ctx } = region;
+    const data = ctx.keys.topicData(record.uid);
+    const wakeChannel = ctx.keys.wakeChannel(record.uid);
+    const cacheKey = `${region.name}/${record.uid}`;
     for (;;) {
-      const attachments = this.attachments.get(record.uid) ?? (await this.readAttachments(record.uid));
+      const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
       const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
         const sub = data.subscription(uid);
         return [sub.ready, sub.keyed, sub.keyStates];
       });
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
-      const result = (await this.ctx.scripts.run(
+      const result = (await ctx.scripts.run(
         'publish',
         [data.state, data.messages, data.refs, ...subscriptionKeys],
-        [this.ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
+        [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
       )) as number[];
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
-        this.attachments.delete(record.uid);
+        this.attachments.delete(cacheKey);
         continue;
       }
       const firstSeq = result[1];
-      return { messageIds: bodies.map((_, i) => String(firstSeq + i)) };
+      return { messageIds: bodies.map((_, i) => messageId(region.name, firstSeq + i)) };
     }
   }
 
   async pull(name: ResourceName, maxMessages: number, returnImmediately: boolean, cancelled: AbortSignal) {
-    const { record } = await this.subscriptions.read(name);
+    const record = await this.subscriptions.read(name);
+    await this.checkSubscribeRegion(record);
     const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
     const giveUpAt = Date.now() + (returnImmediately ? 0 : this.options.pullWaitMs);
     for (;;) {
-      const waiter = returnImmediately || this.closing ? undefined : await this.armWaiter(record.topicUid);
+      // Without a wake-up channel the pull answers at once; clients pull again.
+      const waiter = returnImmediately || this.closing ? undefined : await this.armWaiter(record).catch(() => undefined);
       try {
         const { received, nextDueUs } = await this.pullOnce(record, max);
         const remainingMs = giveUpAt - Date.now();
@@ -130,127 +135,232 @@ export class DeliveryService {
   }
 
   async acknowledge(name: ResourceName, ackIds: string[]): Promise<void> {
-    const { record } = await this.subscriptions.read(name);
+    const record = await this.subscriptions.read(name);
+    await this.checkSubscribeRegion(record);
     throwFailures(await this.acknowledgeDeliveries(record, ackIds));
   }
 
   async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
-    const { record } = await this.subscriptions.read(name);
+    const record = await this.subscriptions.read(name);
+    await this.checkSubscribeRegion(record);
     throwFailures(await this.modifyDeliveries(record, ackIds, seconds));
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
   acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    const data = this.ctx.keys.topicData(record.topicUid);
-    const sub = data.subscription(record.uid);
-    const time = this.ctx.clock.scriptTime();
-    return this.settle(record, ackIds, (members) =>
-      record.enableMessageOrdering
-        ? this.ctx.scripts.run(
+    return this.settle(record, ackIds, ({ ctx }, members) => {
+      const data = ctx.keys.topicData(record.topicUid);
+      const sub = data.subscription(record.uid);
+      const time = ctx.clock.scriptTime();
+      return record.enableMessageOrdering
+        ? ctx.scripts.run(
             'acknowledge-ordered',
             [sub.config, sub.leased, data.messages, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-            [time, this.ctx.keys.wakeChannel(record.topicUid), ...members],
+            [time, ctx.keys.wakeChannel(record.topicUid), ...members],
           )
-        : this.ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [time, ...members]),
-    );
+        : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [time, ...members]);
+    });
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
   modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    const sub = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
-    const args = [this.ctx.clock.scriptTime(), seconds, this.ctx.keys.wakeChannel(record.topicUid)];
-    return this.settle(record, ackIds, (members) =>
-      this.ctx.scripts.run(
+    return this.settle(record, ackIds, ({ ctx }, members) => {
+      const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
+      return ctx.scripts.run(
         'modify-ack-deadline',
         [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-        [...args, ...members],
-      ),
-    );
+        [ctx.clock.scriptTime(), seconds, ctx.keys.wakeChannel(record.topicUid), ...members],
+      );
+    });
   }
 
   /**
-   * Leases up to `max` available messages once, without waiting. `deadlineSeconds` overrides
-   * the subscription's ack deadline (streams lease with their own streamAckDeadlineSeconds).
+   * Leases up to `max` available messages once, without waiting, from every usable region
+   * (see pullOrder). `deadlineSeconds` overrides the subscription's ack deadline (streams
+   * lease with their own streamAckDeadlineSeconds). A remote region that fails is skipped:
+   * its messages wait for it; this region's failure fails the pull.
    */
   async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
-    const data = this.ctx.keys.topicData(record.topicUid);
-    const sub = data.subscription(record.uid);
-    const time = this.ctx.clock.scriptTime();
-    const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
-    const reply = (await this.ctx.scripts.runBuffers(
-      'pull',
-      [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-      [time, max, deadlineUs, this.ctx.keys.wakeChannel(record.topicUid), maxBytes],
-    )) as [
-      number,
-      Buffer | number,
-      ...(Buffer | number)[],
-    ];
-    if (reply[0] === -1) throw notFound(shortName(record.name));
-    const codec = await this.options.ackIds();
     const received: ReceivedMessage[] = [];
-    for (let i = 2; i < reply.length; i += 3) {
-      const seq = reply[i].toString();
-      const generation = Number(reply[i + 1]);
-      const stored = unpackMessage(reply[i + 2] as Buffer);
-      const message: ReceivedMessage['message'] = { messageId: seq, publishTime: publishTimes.format(stored.publishTimeUs) };
-      if (stored.data.length > 0) message.data = stored.data.toString('base64');
-      if (stored.attributes) message.attributes = stored.attributes;
-      if (stored.orderingKey) message.orderingKey = stored.orderingKey;
-      received.push({ ackId: codec.encode({ subscriptionUid: record.uid, seq, generation }), message });
+    let nextDueUs: number | undefined;
+    let bytesLeft = maxBytes;
+    for (const region of this.pullOrder()) {
+      if (received.length >= max || bytesLeft <= 0) break;
+      try {
+        const part = await this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
+        received.push(...part.received);
+        bytesLeft -= part.bytes;
+        if (part.nextDueUs !== undefined) nextDueUs = Math.min(nextDueUs ?? Infinity, part.nextDueUs);
+      } catch (error) {
+        if (region === this.regions.local || error instanceof ApiError) throw error;
+      }
     }
-    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
     return { received, nextDueUs };
   }
 
   /**
-   * Decodes ack IDs and runs one script over the distinct deliveries. Exactly-once
-   * subscriptions get a per-ack-ID result: malformed, stale and expired IDs fail, the valid ones
-   * still take effect, and a Redis failure is a transient failure of every ID. Others ignore
-   * stale IDs, but a malformed ID refuses the whole request before anything changes.
+   * Arms a wake-up on the subscription's topic in every usable region: it fires on a publish or
+   * nack anywhere, or on a change of one of the topic's subscriptions. Fails if this region's
+   * channel cannot be armed; other regions' failures only cost their wake-ups.
+   */
+  async armWaiter(record: SubscriptionRecord): Promise<Waiter> {
+    const armed = await Promise.allSettled(
+      this.regions.localFirst().map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid))),
+    );
+    const waiters = armed.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+    const local = armed[0];
+    if (local?.status === 'rejected') {
+      for (const waiter of waiters) waiter.cancel();
+      throw local.reason;
+    }
+    if (waiters.length === 1) return waiters[0];
+    return {
+      woken: Promise.race(waiters.map((waiter) => waiter.woken)),
+      cancel: () => waiters.forEach((waiter) => waiter.cancel()),
+    };
+  }
+
+  /**
+   * With `enforceInTransit`, subscribing through a region outside the topic's allowed
+   * persistence regions fails (reference §11).
+   */
+  async checkSubscribeRegion(record: SubscriptionRecord): Promise<void> {
+    if (!this.regions.multiRegion) return;
+    const topic = await this.topics.read(parseResourceName('topics', record.topic)).catch(() => undefined);
+    if (topic?.uid !== record.topicUid) return;
+    const policy = topic.messageStoragePolicy;
+    if (policy?.enforceInTransit && !policy.allowedPersistenceRegions?.includes(this.regions.local.name)) {
+      throw inTransitRefusal(topic, this.regions.local.name);
+    }
+  }
+
+  /**
+   * Where a publish is stored (reference §11): this endpoint's region, unless the topic's
+   * messageStoragePolicy leaves it out; then the first allowed region that can be reached,
+   * except for keyed messages (their order holds per region) and with enforceInTransit.
+   */
+  private storageRegion(topic: TopicRecord, orderingKey: string): Region {
+    const local = this.regions.requireLocal();
+    const policy = topic.messageStoragePolicy;
+    const allowed = this.regions.multiRegion ? policy?.allowedPersistenceRegions : undefined;
+    if (!allowed || allowed.includes(local.name)) return local;
+    if (policy?.enforceInTransit) throw inTransitRefusal(topic, local.name);
+    if (orderingKey) {
+      throw failedPrecondition(
+        `Cannot publish messages that contain ordering keys to topic ${topic.name} due a message storage policy on the topic that would require the messages to be forwarded to another region. Please either change the topic's message storage policy or publish to an allowed region using the appropriate regional Cloud Pub/Sub endpoint.`,
+      );
+    }
+    const target = allowed.map((name) => this.regions.byName(name)).find((region) => region?.usable);
+    if (!target) throw unavailable(`None of the topic's allowed persistence regions (${allowed.join(', ')}) can be reached.`);
+    return target;
+  }
+
+  /**
+   * The regions a pull looks in: usable ones, this region first. Every fourth pull starts with
+   * a remote region in turn, so that a busy local backlog never starves the others.
+   */
+  private pullOrder(): Region[] {
+    const order = this.regions.localFirst();
+    if (order.length < 2 || ++this.pulls % 4 !== 0) return order;
+    const remote = order.slice(1);
+    const first = remote[(this.pulls / 4) % remote.length];
+    return [first, ...order.filter((region) => region !== first)];
+  }
+
+  private async pullFrom(region: Region, record: SubscriptionRecord, max: number, deadlineSeconds: number | undefined, maxBytes: number) {
+    const { ctx } = region;
+    const data = ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
+    const reply = (await ctx.scripts.runBuffers(
+      'pull',
+      [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+      [ctx.clock.scriptTime(), max, deadlineUs, ctx.keys.wakeChannel(record.topicUid), maxBytes],
+    )) as [number, Buffer | number, ...(Buffer | number)[]];
+    // Not attached in this region: its topic was deleted there before the subscription came.
+    if (reply[0] === -1) {
+      if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
+      return { received: [], bytes: 0, nextDueUs: undefined };
+    }
+    const codec = await this.options.ackIds();
+    const received: ReceivedMessage[] = [];
+    let bytes = 0;
+    for (let i = 2; i < reply.length; i += 3) {
+      const seq = reply[i].toString();
+      const generation = Number(reply[i + 1]);
+      const body = reply[i + 2] as Buffer;
+      bytes += body.length;
+      const stored = unpackMessage(body);
+      const message: ReceivedMessage['message'] = {
+        messageId: messageId(region.name, seq),
+        publishTime: publishTimes.format(stored.publishTimeUs),
+      };
+      if (stored.data.length > 0) message.data = stored.data.toString('base64');
+      if (stored.attributes) message.attributes = stored.attributes;
+      if (stored.orderingKey) message.orderingKey = stored.orderingKey;
+      received.push({ ackId: codec.encode({ region: region.name, subscriptionUid: record.uid, seq, generation }), message });
+    }
+    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
+    return { received, bytes, nextDueUs };
+  }
+
+  /**
+   * Decodes ack IDs and runs one script per region over its distinct deliveries.
+   * Exactly-once subscriptions get a per-ack-ID result: malformed, stale and expired IDs fail,
+   * the valid ones still take effect, and a region that cannot be reached is a transient
+   * failure of its IDs. Others ignore stale IDs, but a malformed ID refuses the whole request
+   * before anything changes, and an unreachable region fails it after the others are applied.
    */
   private async settle(
     record: SubscriptionRecord,
     ackIds: string[],
-    apply: (members: string[]) => Promise<unknown>,
+    apply: (region: Region, members: string[]) => Promise<unknown>,
   ): Promise<SettleOutcome> {
     const exactlyOnce = record.enableExactlyOnceDelivery === true;
     const codec = await this.options.ackIds();
     const outcome: SettleOutcome = { applied: [], failures: new Map() };
-    const memberOf = new Map<string, string>();
+    const byRegion = new Map<Region, Map<string, string>>();
     for (const ackId of ackIds) {
       const delivery = codec.decode(ackId);
-      if (delivery && delivery.subscriptionUid === record.uid) memberOf.set(ackId, leaseMember(delivery));
-      else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      const region = delivery?.subscriptionUid === record.uid ? this.regions.byName(delivery.region) : undefined;
+      if (delivery && region) {
+        const memberOf = byRegion.get(region) ?? new Map<string, string>();
+        byRegion.set(region, memberOf.set(ackId, leaseMember(delivery)));
+      } else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
       else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${record.name}.`);
     }
-    const members = [...new Set(memberOf.values())];
-    if (members.length === 0) return outcome;
-    let codes: number[];
-    try {
-      codes = (await apply(members)) as number[];
-    } catch (error) {
-      if (!exactlyOnce) throw error;
-      for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
-      return outcome;
+    let regionFailure: unknown;
+    for (const [region, memberOf] of byRegion) {
+      const members = [...new Set(memberOf.values())];
+      let codes: number[];
+      try {
+        if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
+        codes = (await apply(region, members)) as number[];
+      } catch (error) {
+        if (!exactlyOnce) regionFailure ??= error;
+        else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
+        continue;
+      }
+      if (codes[0] === -1) {
+        if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
+        codes = members.map(() => GONE);
+      }
+      const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
+      for (const [ackId, member] of memberOf) {
+        const code = codeOf.get(member);
+        if (code === APPLIED || (!exactlyOnce && code !== OUT_OF_ORDER)) outcome.applied.push(ackId);
+        else if (code === OUT_OF_ORDER) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+        else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      }
     }
-    if (codes[0] === -1) throw notFound(shortName(record.name));
-    const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
-    for (const [ackId, member] of memberOf) {
-      const code = codeOf.get(member);
-      if (code === APPLIED || (!exactlyOnce && code !== OUT_OF_ORDER)) outcome.applied.push(ackId);
-      else if (code === OUT_OF_ORDER) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
-      else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-    }
+    if (regionFailure) throw regionFailure;
     return outcome;
   }
 
-  private async readAttachments(topicUid: string): Promise<Attachments> {
-    const data = this.ctx.keys.topicData(topicUid);
-    const [version, attached] = await Promise.all([
-      this.ctx.redis.hget(data.state, 'attachVersion'),
-      this.ctx.redis.hgetall(data.attached),
-    ]);
+  private async readAttachments(region: Region, topicUid: string): Promise<Attachments> {
+    const { redis, keys } = region.ctx;
+    const data = keys.topicData(topicUid);
+    const [version, attached] = await Promise.all([redis.hget(data.state, 'attachVersion'), redis.hgetall(data.attached)]);
     // Sent in this order on one connection, the set read is at least as new as the version: if
     // it is newer, publish fails its version check and this is read again, so a stale pair is
     // never used to publish.
@@ -258,17 +368,30 @@ export class DeliveryService {
       version: version ?? '0',
       subscriptions: Object.entries(attached).map(([uid, ordered]) => ({ uid, ordered: ordered === '1' })),
     };
-    this.attachments.set(topicUid, attachments);
+    this.attachments.set(`${region.name}/${topicUid}`, attachments);
     return attachments;
   }
+}
 
-  private async armWaiter(topicUid: string) {
-    try {
-      return await this.options.wakeups.arm(this.ctx.keys.wakeChannel(topicUid));
-    } catch {
-      return undefined; // Without a wake-up channel the pull answers at once; clients pull again.
-    }
-  }
+function inTransitRefusal(topic: TopicRecord, region: string): ApiError {
+  const allowed = topic.messageStoragePolicy?.allowedPersistenceRegions ?? [];
+  return failedPrecondition(
+    `The message storage policy of topic ${topic.name} enforces its allowed persistence regions (${allowed.join(', ')}) in transit; region ${region} is not one of them. Use an endpoint of an allowed region.`,
+  );
+}
+
+/**
+ * Message IDs are the message's sequence in its topic incarnation, and in a deployment with
+ * regions the region that stores it: "<region>-<seq>". Streams read them back (messageOrigin).
+ */
+function messageId(region: string, seq: number | string): string {
+  return region ? `${region}-${seq}` : String(seq);
+}
+
+/** The region ('' without regions) and sequence of a message ID this broker issued. */
+export function messageOrigin(id: string): { region: string; seq: number } {
+  const dash = id.lastIndexOf('-');
+  return { region: id.slice(0, Math.max(0, dash)), seq: Number(id.slice(dash + 1)) };
 }
 
 /** Per-ack-ID results. `failures` is only ever filled on exactly-once subscriptions. */
@@ -285,6 +408,7 @@ function throwFailures(outcome: SettleOutcome): void {
 const shortName = (fullName: string) => fullName.slice(fullName.lastIndexOf('/') + 1);
 
 /** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
+const GONE = 0;
 const APPLIED = 1;
 const OUT_OF_ORDER = 3;
 

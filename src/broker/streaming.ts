@@ -1,10 +1,10 @@
 import { ApiError, invalidArgument, unavailable, type AckFailureCode } from '../errors.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
-import type { DeliveryService, ReceivedMessage, SettleOutcome } from './delivery.ts';
+import { messageOrigin, type DeliveryService, type ReceivedMessage, type SettleOutcome } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
-import { CONFIG_CHANGED, type Wakeups } from './wakeups.ts';
+import { CONFIG_CHANGED } from './wakeups.ts';
 
 /**
  * One streaming pull (reference §10) over any message transport (the route uses a WebSocket).
@@ -56,6 +56,7 @@ interface Outstanding {
   bytes: number;
   /** When the lease runs out by this node's clock: only for flow-control accounting. */
   expiresAtMs: number;
+  /** Region and ordering key: the unit of the ordering cascade (a key keeps its order per region). */
   orderingKey?: string;
   seq: number;
 }
@@ -91,7 +92,6 @@ export class StreamingSession {
     private readonly transport: StreamTransport,
     private readonly delivery: DeliveryService,
     private readonly subscriptions: SubscriptionService,
-    private readonly wakeups: Wakeups,
     private readonly options: StreamingOptions,
   ) {
     this.firstFrameTimer = setTimeout(() => {
@@ -164,7 +164,8 @@ export class StreamingSession {
     clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
-    this.record = (await this.subscriptions.read(this.name)).record;
+    this.record = await this.subscriptions.read(this.name);
+    await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
     this.heartbeat = setInterval(() => {
       // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
@@ -265,7 +266,7 @@ export class StreamingSession {
         continue;
       }
       const record = this.record!;
-      const waiter = await this.wakeups.arm(this.delivery.wakeChannel(record));
+      const waiter = await this.delivery.armWaiter(record);
       void waiter.woken.then((message) => {
         if (message === CONFIG_CHANGED) this.configChanged = true;
       });
@@ -310,8 +311,9 @@ export class StreamingSession {
     this.sentProperties = properties;
     const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
     for (const message of received.fits) {
-      const { orderingKey, messageId } = message.message;
-      this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq: Number(messageId) });
+      const { region, seq } = messageOrigin(message.message.messageId);
+      const orderingKey = message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
+      this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq });
     }
     return received.over;
   }
@@ -356,7 +358,7 @@ export class StreamingSession {
 
   /** Picks up changes to the subscription (exactly-once switched, deleted) between pulls. */
   private async refreshRecord(): Promise<void> {
-    this.record = (await this.subscriptions.read(this.name)).record;
+    this.record = await this.subscriptions.read(this.name);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }

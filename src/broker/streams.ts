@@ -3,7 +3,6 @@ import type { DeliveryService } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import { StreamingSession, type StreamTransport } from './streaming.ts';
 import type { SubscriptionService } from './subscriptions.ts';
-import type { Wakeups } from './wakeups.ts';
 
 /**
  * The streaming sessions of this node, so that shutdown can end them (clients then reconnect).
@@ -16,12 +15,11 @@ export class StreamRegistry {
   constructor(
     private readonly delivery: DeliveryService,
     private readonly subscriptions: SubscriptionService,
-    private readonly wakeups: Wakeups,
     readonly heartbeatMs: number,
   ) {}
 
   open(name: ResourceName, transport: StreamTransport): StreamingSession {
-    const session = new StreamingSession(name, transport, this.delivery, this.subscriptions, this.wakeups, {
+    const session = new StreamingSession(name, transport, this.delivery, this.subscriptions, {
       heartbeatMs: this.heartbeatMs,
     });
     this.sessions.add(session);

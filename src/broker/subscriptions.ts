@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { alreadyExists, invalidArgument, notFound } from '../errors.ts';
 import { notImplemented, parseBody } from '../schemas/common.ts';
 import {
@@ -6,12 +5,12 @@ import {
   updateSubscriptionBodySchema,
   type SubscriptionBody,
 } from '../schemas/subscriptions.ts';
-import type { BrokerContext } from './context.ts';
+import { isTombstone, newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
 import { checkBodyName, type TopicRecord, type TopicService } from './topics.ts';
-import { CONFIG_CHANGED } from './wakeups.ts';
+import type { Region, Regions } from './regions.ts';
 import { parseUpdateMask } from './update-mask.ts';
 
 /** A subscription as kept in the control plane. */
@@ -20,6 +19,8 @@ export interface SubscriptionRecord {
   topic: string;
   topicUid: string;
   uid: string;
+  /** Bumped by every change; the highest wins across regions (see control-plane.ts). */
+  version: number;
   ackDeadlineSeconds: number;
   messageRetentionDuration: string;
   expirationPolicy: { ttl?: string };
@@ -52,8 +53,6 @@ const RETENTION_MIN_SECONDS = 600;
 const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
 const EXPIRATION_MIN_SECONDS = 24 * 3600;
 const EXPIRATION_MAX_SECONDS = 365 * 24 * 3600;
-/** How many held entries one drop-subscription call releases (bounds the script's run time). */
-const DROP_BATCH = 1000;
 
 const MUTABLE_FIELDS = [
   'ackDeadlineSeconds',
@@ -97,23 +96,10 @@ export function renderSubscription(record: SubscriptionRecord, liveTopic: TopicR
   return subscription;
 }
 
-/** The delivery settings a subscription's scripts read, as config hash field/value pairs. */
-function deliveryConfig(record: SubscriptionRecord): string[] {
-  return [
-    'ackDeadlineUs',
-    String(record.ackDeadlineSeconds * 1_000_000),
-    'retentionUs',
-    String(Math.round(parseDurationSeconds(record.messageRetentionDuration, 'messageRetentionDuration') * 1_000_000)),
-    'exactlyOnce',
-    record.enableExactlyOnceDelivery ? '1' : '0',
-    'ordered',
-    record.enableMessageOrdering ? '1' : '0',
-  ];
-}
-
 export class SubscriptionService {
   constructor(
-    private readonly ctx: BrokerContext,
+    private readonly regions: Regions,
+    private readonly controlPlane: ControlPlane,
     private readonly topics: TopicService,
   ) {}
 
@@ -124,11 +110,7 @@ export class SubscriptionService {
     const topicName = parseResourceName('topics', body.topic);
     refuseUnsupported(body);
     const exactlyOnce = body.enableExactlyOnceDelivery === true;
-    const record: SubscriptionRecord = {
-      name: name.full,
-      topic: topicName.full,
-      topicUid: '',
-      uid: randomBytes(8).toString('hex'),
+    const settings = {
       ackDeadlineSeconds: checkAckDeadline(body.ackDeadlineSeconds, exactlyOnce),
       messageRetentionDuration: checkRetention(body.messageRetentionDuration),
       expirationPolicy: checkExpiration(body.expirationPolicy),
@@ -137,47 +119,32 @@ export class SubscriptionService {
       ...(body.enableMessageOrdering ? { enableMessageOrdering: true } : {}),
       ...(exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
     };
-
-    if ((await this.ctx.redis.hexists(this.ctx.keys.subscriptions, name.full)) === 1) throw alreadyExists(name.id);
+    if ((await this.readLocal(name)) !== null) throw alreadyExists(name.id);
     const topic = await this.topics.read(topicName);
-    record.topicUid = topic.record.uid;
-    const dataRef = `${record.topicUid}/${record.uid}`;
-    const { keys, scripts, clock } = this.ctx;
-    const data = keys.topicData(record.topicUid);
-
-    // Attach first, record second: until the record exists nobody can see the subscription,
-    // and the clean-up mark makes sure a crash in between leaves no data behind for good.
-    await scripts.run('mark-cleanup', [keys.pendingCleanups], [clock.scriptTime(), dataRef]);
-    const attached = await scripts.run(
-      'attach-subscription',
-      [data.state, data.attached, data.subscription(record.uid).config],
-      [clock.scriptTime(), record.uid, record.enableMessageOrdering ? '1' : '0', ...deliveryConfig(record)],
-    );
-    if (attached !== 1) {
-      await this.finishCleanup(dataRef);
-      throw notFound(topicName.id);
+    for (;;) {
+      const arbiter = this.regions.arbiter();
+      const current = await this.controlPlane.readState(arbiter, 'subscription', name.full);
+      if (current && !isTombstone(JSON.parse(current))) throw alreadyExists(name.id);
+      const record: SubscriptionRecord = {
+        name: name.full,
+        topic: topicName.full,
+        topicUid: topic.uid,
+        uid: newUid(),
+        version: versionOf(current) + 1,
+        ...settings,
+      };
+      if (await this.controlPlane.write('subscription', arbiter, current, record)) return renderSubscription(record, topic);
     }
-    const created = await scripts.run(
-      'create-subscription',
-      [keys.subscriptions, keys.subscriptionIndex, keys.topics, keys.topicSubscriptions(record.topicUid), keys.pendingCleanups],
-      [name.full, topicName.full, topic.json, JSON.stringify(record), dataRef],
-    );
-    if (created !== 1) {
-      await this.dropData(record.topicUid, record.uid);
-      await this.finishCleanup(dataRef);
-      throw created === -1 ? alreadyExists(name.id) : notFound(topicName.id);
-    }
-    return renderSubscription(record, topic.record);
   }
 
-  async read(name: ResourceName): Promise<{ record: SubscriptionRecord; json: string }> {
-    const json = await this.ctx.redis.hget(this.ctx.keys.subscriptions, name.full);
+  async read(name: ResourceName): Promise<SubscriptionRecord> {
+    const json = await this.readLocal(name);
     if (json === null) throw notFound(name.id);
-    return { record: JSON.parse(json) as SubscriptionRecord, json };
+    return JSON.parse(json) as SubscriptionRecord;
   }
 
   async get(name: ResourceName): Promise<Subscription> {
-    const { record } = await this.read(name);
+    const record = await this.read(name);
     return renderSubscription(record, await this.liveTopic(record.topic));
   }
 
@@ -198,10 +165,11 @@ export class SubscriptionService {
       }
     }
     if (paths.includes('pushConfig')) refusePushEndpoint(body.pushConfig);
+    this.regions.requireLocal();
 
     for (;;) {
-      const { record, json } = await this.read(name);
-      const updated: SubscriptionRecord = { ...record };
+      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const updated: SubscriptionRecord = { ...record, version: versionOf(json) + 1 };
       const has = (field: string) => paths.includes(field);
       if (has('enableExactlyOnceDelivery')) setFlag(updated, 'enableExactlyOnceDelivery', body.enableExactlyOnceDelivery);
       if (has('retainAckedMessages')) setFlag(updated, 'retainAckedMessages', body.retainAckedMessages);
@@ -214,79 +182,70 @@ export class SubscriptionService {
         if (body.labels && Object.keys(body.labels).length > 0) updated.labels = body.labels;
         else delete updated.labels;
       }
-      // Delivery settings first: a crash before the record is replaced leaves a state that the
-      // client's retry of the same update completes.
-      const data = this.ctx.keys.topicData(record.topicUid).subscription(record.uid);
-      const configured = await this.ctx.scripts.run('configure-subscription', [data.config], [
-        this.ctx.clock.scriptTime(),
-        ...deliveryConfig(updated),
-      ]);
-      if (configured !== 1) throw notFound(name.id);
-      const replaced = await this.ctx.scripts.run('replace-record', [this.ctx.keys.subscriptions], [
-        name.full,
-        json,
-        JSON.stringify(updated),
-      ]);
-      if (replaced === 1) {
-        await this.announceChange(record.topicUid);
+      if (await this.controlPlane.write('subscription', arbiter, json, updated)) {
         return renderSubscription(updated, await this.liveTopic(updated.topic));
       }
     }
   }
 
   async delete(name: ResourceName): Promise<void> {
-    const { record, json } = await this.read(name);
-    if (!(await this.deleteRecord(record, json))) throw notFound(name.id);
+    this.regions.requireLocal();
+    for (;;) {
+      const { arbiter, json, record } = await this.readAtArbiter(name);
+      if (await this.deleteRecord(arbiter, json, record)) return;
+    }
   }
 
-  /** Deletes the subscription the caller read; false if it was deleted or replaced meanwhile. */
-  private async deleteRecord(record: SubscriptionRecord, json: string): Promise<boolean> {
-    const { keys, scripts, clock } = this.ctx;
-    const dataRef = `${record.topicUid}/${record.uid}`;
-    const deleted = await scripts.run(
-      'delete-subscription',
-      [keys.subscriptions, keys.subscriptionIndex, keys.topicSubscriptions(record.topicUid), keys.pendingCleanups],
-      [clock.scriptTime(), record.name, json, dataRef],
-    );
-    if (deleted !== 1) return false;
-    await this.dropData(record.topicUid, record.uid);
-    await this.finishCleanup(dataRef);
-    await this.announceChange(record.topicUid);
-    return true;
+  /** Deletes the subscription as read at the arbiter; false if it changed there meanwhile. */
+  private deleteRecord(arbiter: Region, json: string, record: SubscriptionRecord): Promise<boolean> {
+    const tombstone: Tombstone = {
+      name: record.name,
+      version: versionOf(json) + 1,
+      deleted: true,
+      uid: record.uid,
+      topicUid: record.topicUid,
+    };
+    return this.controlPlane.write('subscription', arbiter, json, tombstone);
   }
 
   /** Records that a stream is using the subscription (its expiration counts from the last use). */
   async touch(record: SubscriptionRecord): Promise<void> {
-    const config = this.ctx.keys.topicData(record.topicUid).subscription(record.uid).config;
-    await this.ctx.scripts.run('touch-subscription', [config], [this.ctx.clock.scriptTime()]);
+    await Promise.all(
+      this.regions.localFirst().map(({ ctx }) => {
+        const config = ctx.keys.topicData(record.topicUid).subscription(record.uid).config;
+        return ctx.scripts.run('touch-subscription', [config], [ctx.clock.scriptTime()]);
+      }),
+    );
   }
 
   /**
    * Deletes subscriptions whose expirationPolicy.ttl has passed since they were last used (any
-   * pull, stream, ack, deadline change, create or update). Returns how many it deleted.
+   * pull, stream, ack, deadline change, create or update, in any region). Returns how many it deleted.
    */
   async expireIdle(nowUs: number): Promise<number> {
-    const { redis, keys } = this.ctx;
+    const { redis, keys } = this.regions.requireLocal().ctx;
     let expired = 0;
     let cursor = '0';
     do {
       const [next, entries] = await redis.hscan(keys.subscriptions, cursor, 'COUNT', 200);
       cursor = next;
       for (let i = 0; i < entries.length; i += 2) {
-        const json = entries[i + 1];
-        const record = JSON.parse(json) as SubscriptionRecord;
+        const record = JSON.parse(entries[i + 1]) as SubscriptionRecord;
         if (!record.expirationPolicy.ttl) continue;
         const ttlUs = parseDurationSeconds(record.expirationPolicy.ttl, 'expirationPolicy.ttl') * 1_000_000;
-        const config = keys.topicData(record.topicUid).subscription(record.uid).config;
-        const activeAt = await redis.hget(config, 'activeAt');
-        if (activeAt !== null && Number(activeAt) + ttlUs <= nowUs && (await this.deleteRecord(record, json))) expired++;
+        const activeAt = await this.lastActiveUs(record);
+        if (activeAt === undefined || activeAt + ttlUs > nowUs) continue;
+        // Deleted only if nobody changed it meanwhile (a change counts as use).
+        const arbiter = this.regions.arbiter();
+        const json = await this.controlPlane.readState(arbiter, 'subscription', record.name);
+        if (json === entries[i + 1] && (await this.deleteRecord(arbiter, json, record))) expired++;
       }
     } while (cursor !== '0');
     return expired;
   }
 
   async list(project: string, page: PageRequest): Promise<{ subscriptions?: Subscription[]; nextPageToken?: string }> {
-    const { keys, redis } = this.ctx;
+    const { keys, redis } = this.regions.requireLocal().ctx;
     const { names, nextPageToken } = await readNamePage(
       (min, max, count) => redis.zrangebylex(keys.subscriptionIndex, min, max, 'LIMIT', 0, count),
       `projects/${project}/subscriptions/`,
@@ -303,44 +262,58 @@ export class SubscriptionService {
   }
 
   /**
-   * Drops data marked for clean-up longer than `graceSeconds` ago: deleted subscriptions whose
-   * drop was interrupted, and attaches whose create never completed. Returns how many it dropped.
+   * Drops data marked for clean-up longer than `olderThanUs` ago in every usable region: deleted
+   * subscriptions whose drop was interrupted, and attaches whose record never got written.
+   * Returns how many it dropped.
    */
   async collectGarbage(olderThanUs: number): Promise<number> {
-    const refs = await this.ctx.redis.zrangebyscore(this.ctx.keys.pendingCleanups, '-inf', olderThanUs, 'LIMIT', 0, 100);
-    for (const ref of refs) {
-      const [topicUid, subscriptionUid] = ref.split('/');
-      await this.dropData(topicUid, subscriptionUid);
-      await this.finishCleanup(ref);
+    let dropped = 0;
+    for (const region of this.regions.localFirst()) {
+      const { redis, keys } = region.ctx;
+      const refs = await redis.zrangebyscore(keys.pendingCleanups, '-inf', olderThanUs, 'LIMIT', 0, 100);
+      for (const ref of refs) {
+        const [topicUid, subscriptionUid] = ref.split('/', 2);
+        const name = ref.slice(topicUid.length + subscriptionUid.length + 2);
+        // A record of that very incarnation came (back) meanwhile: its data is live, keep it.
+        const live = name ? await redis.hget(keys.subscriptions, name) : null;
+        if (!live || (JSON.parse(live) as SubscriptionRecord).uid !== subscriptionUid) {
+          await this.controlPlane.dropData(region, topicUid, subscriptionUid);
+          dropped++;
+        }
+        await this.controlPlane.finishCleanup(region, ref);
+      }
     }
-    return refs.length;
+    return dropped;
   }
 
-  /** Open streams of the topic's subscriptions re-read their settings (or learn of a delete). */
-  private async announceChange(topicUid: string): Promise<void> {
-    await this.ctx.redis.publish(this.ctx.keys.wakeChannel(topicUid), CONFIG_CHANGED);
+  private async readLocal(name: ResourceName): Promise<string | null> {
+    const { ctx } = this.regions.requireLocal();
+    return ctx.redis.hget(ctx.keys.subscriptions, name.full);
+  }
+
+  private async readAtArbiter(name: ResourceName): Promise<{ arbiter: Region; json: string; record: SubscriptionRecord }> {
+    const arbiter = this.regions.arbiter();
+    const json = await this.controlPlane.readState(arbiter, 'subscription', name.full);
+    const state = json ? (JSON.parse(json) as SubscriptionRecord | Tombstone) : undefined;
+    if (!state || isTombstone(state)) throw notFound(name.id);
+    return { arbiter, json, record: state };
+  }
+
+  /** The latest use of the subscription in any usable region (undefined: none recorded). */
+  private async lastActiveUs(record: SubscriptionRecord): Promise<number | undefined> {
+    const times = await Promise.all(
+      this.regions.localFirst().map(({ ctx }) =>
+        ctx.redis.hget(ctx.keys.topicData(record.topicUid).subscription(record.uid).config, 'activeAt'),
+      ),
+    );
+    const known = times.filter((time): time is string => time !== null).map(Number);
+    return known.length > 0 ? Math.max(...known) : undefined;
   }
 
   private async liveTopic(topic: string): Promise<TopicRecord | undefined> {
-    const json = await this.ctx.redis.hget(this.ctx.keys.topics, topic);
+    const { ctx } = this.regions.requireLocal();
+    const json = await ctx.redis.hget(ctx.keys.topics, topic);
     return json ? (JSON.parse(json) as TopicRecord) : undefined;
-  }
-
-  private async dropData(topicUid: string, subscriptionUid: string): Promise<void> {
-    const data = this.ctx.keys.topicData(topicUid);
-    const sub = data.subscription(subscriptionUid);
-    let remaining: unknown;
-    do {
-      remaining = await this.ctx.scripts.run(
-        'drop-subscription',
-        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-        [subscriptionUid, DROP_BATCH],
-      );
-    } while (remaining !== 0);
-  }
-
-  private async finishCleanup(dataRef: string): Promise<void> {
-    await this.ctx.scripts.run('finish-cleanup', [this.ctx.keys.pendingCleanups], [dataRef]);
   }
 }
 

@@ -6,9 +6,10 @@ import {
   updateTopicBodySchema,
   type TopicBody,
 } from '../schemas/topics.ts';
-import type { BrokerContext } from './context.ts';
+import { isTombstone, newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
 import { checkDuration } from './durations.ts';
 import type { ResourceName } from './names.ts';
+import type { Region, Regions } from './regions.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
 import { parseUpdateMask } from './update-mask.ts';
 
@@ -16,6 +17,8 @@ import { parseUpdateMask } from './update-mask.ts';
 export interface TopicRecord {
   name: string;
   uid: string;
+  /** Bumped by every change; the highest wins across regions (see control-plane.ts). Absent = 0. */
+  version: number;
   labels?: Record<string, string>;
   messageRetentionDuration?: string;
   messageStoragePolicy?: { allowedPersistenceRegions?: string[]; enforceInTransit?: boolean };
@@ -42,33 +45,36 @@ export function renderTopic(record: TopicRecord): Topic {
 }
 
 export class TopicService {
-  constructor(private readonly ctx: BrokerContext) {}
+  constructor(
+    private readonly regions: Regions,
+    private readonly controlPlane: ControlPlane,
+  ) {}
 
   async create(name: ResourceName, rawBody: unknown): Promise<Topic> {
     const body = parseBody(topicBodySchema, rawBody === undefined ? {} : rawBody, 'topic');
     checkBodyName(body.name, name);
     refuseUnsupported(body);
-    const settings = checkSettings(body);
-    const uid = String(await this.ctx.redis.incr(this.ctx.keys.topicUidCounter));
-    const record: TopicRecord = { name: name.full, uid, ...settings };
-    const created = await this.ctx.scripts.run(
-      'create-topic',
-      [this.ctx.keys.topics, this.ctx.keys.topicIndex],
-      [name.full, JSON.stringify(record)],
-    );
-    if (created !== 1) throw alreadyExists(name.id);
-    return renderTopic(record);
+    const settings = this.checkSettings(body);
+    this.regions.requireLocal();
+    for (;;) {
+      const arbiter = this.regions.arbiter();
+      const current = await this.controlPlane.readState(arbiter, 'topic', name.full);
+      if (current && !isTombstone(JSON.parse(current))) throw alreadyExists(name.id);
+      const record: TopicRecord = { name: name.full, uid: newUid(), version: versionOf(current) + 1, ...settings };
+      if (await this.controlPlane.write('topic', arbiter, current, record)) return renderTopic(record);
+    }
   }
 
   async get(name: ResourceName): Promise<Topic> {
-    return renderTopic((await this.read(name)).record);
+    return renderTopic(await this.read(name));
   }
 
-  /** The live record of a topic, and its stored JSON (for compare-and-set). */
-  async read(name: ResourceName): Promise<{ record: TopicRecord; json: string }> {
-    const json = await this.ctx.redis.hget(this.ctx.keys.topics, name.full);
+  /** The live record of a topic, as this endpoint's region knows it. */
+  async read(name: ResourceName): Promise<TopicRecord> {
+    const { ctx } = this.regions.requireLocal();
+    const json = await ctx.redis.hget(ctx.keys.topics, name.full);
     if (json === null) throw notFound(name.id);
-    return { record: JSON.parse(json) as TopicRecord, json };
+    return JSON.parse(json) as TopicRecord;
   }
 
   async update(name: ResourceName, rawBody: unknown): Promise<Topic> {
@@ -81,55 +87,70 @@ export class TopicService {
         throw invalidArgument(`Invalid update_mask provided in the UpdateTopicRequest: unknown field name "${path}".`);
       }
     }
-    const settings = checkSettings(request.topic);
+    const settings = this.checkSettings(request.topic);
+    this.regions.requireLocal();
     for (;;) {
-      const { record, json } = await this.read(name);
-      const updated: TopicRecord = { ...record };
+      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const updated: TopicRecord = { ...record, version: versionOf(json) + 1 };
       for (const path of paths as (typeof MUTABLE_FIELDS)[number][]) {
         if (settings[path] === undefined) delete updated[path];
         else Object.assign(updated, { [path]: settings[path] });
       }
-      const replaced = await this.ctx.scripts.run('replace-record', [this.ctx.keys.topics], [
-        name.full,
-        json,
-        JSON.stringify(updated),
-      ]);
-      if (replaced === 1) return renderTopic(updated);
+      if (await this.controlPlane.write('topic', arbiter, json, updated)) return renderTopic(updated);
     }
   }
 
   async delete(name: ResourceName): Promise<void> {
-    const { record, json } = await this.read(name);
-    // Close the data to publishing first: a crash after this leaves a topic whose delete can
-    // simply be repeated, never a deleted name whose data still accepts messages.
-    await this.ctx.scripts.run('delete-topic-data', [this.ctx.keys.topicData(record.uid).state], []);
-    await this.ctx.scripts.run(
-      'delete-topic',
-      [this.ctx.keys.topics, this.ctx.keys.topicIndex, this.ctx.keys.topicSubscriptions(record.uid)],
-      [name.full, json],
-    );
+    this.regions.requireLocal();
+    for (;;) {
+      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const tombstone: Tombstone = { name: name.full, version: versionOf(json) + 1, deleted: true, uid: record.uid };
+      if (await this.controlPlane.write('topic', arbiter, json, tombstone)) return;
+    }
   }
 
   async list(project: string, page: PageRequest): Promise<{ topics?: Topic[]; nextPageToken?: string }> {
+    const { ctx } = this.regions.requireLocal();
     const { names, nextPageToken } = await readNamePage(
-      (min, max, count) => this.ctx.redis.zrangebylex(this.ctx.keys.topicIndex, min, max, 'LIMIT', 0, count),
+      (min, max, count) => ctx.redis.zrangebylex(ctx.keys.topicIndex, min, max, 'LIMIT', 0, count),
       `projects/${project}/topics/`,
       page,
     );
-    const records = names.length ? await this.ctx.redis.hmget(this.ctx.keys.topics, ...names) : [];
+    const records = names.length ? await ctx.redis.hmget(ctx.keys.topics, ...names) : [];
     const topics = records.filter((json): json is string => json !== null).map((json) => renderTopic(JSON.parse(json)));
     return { ...(topics.length ? { topics } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
   }
 
   async listSubscriptions(name: ResourceName, page: PageRequest): Promise<{ subscriptions?: string[]; nextPageToken?: string }> {
-    const { record } = await this.read(name);
+    const record = await this.read(name);
+    const { ctx } = this.regions.local;
     const { names, nextPageToken } = await readNamePage(
-      (min, max, count) =>
-        this.ctx.redis.zrangebylex(this.ctx.keys.topicSubscriptions(record.uid), min, max, 'LIMIT', 0, count),
+      (min, max, count) => ctx.redis.zrangebylex(ctx.keys.topicSubscriptions(record.uid), min, max, 'LIMIT', 0, count),
       'projects/',
       page,
     );
     return { ...(names.length ? { subscriptions: names } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
+  }
+
+  /** The record as the arbiter holds it, for a compare-and-set there. */
+  private async readAtArbiter(name: ResourceName): Promise<{ arbiter: Region; json: string; record: TopicRecord }> {
+    const arbiter = this.regions.arbiter();
+    const json = await this.controlPlane.readState(arbiter, 'topic', name.full);
+    const state = json ? (JSON.parse(json) as TopicRecord | Tombstone) : undefined;
+    if (!state || isTombstone(state)) throw notFound(name.id);
+    return { arbiter, json, record: state };
+  }
+
+  private checkSettings(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {
+    const settings = checkSettings(body);
+    const regions = settings.messageStoragePolicy?.allowedPersistenceRegions ?? [];
+    const unknown = this.regions.multiRegion ? regions.filter((region) => !this.regions.byName(region)) : [];
+    if (unknown.length > 0) {
+      throw invalidArgument(
+        `Invalid messageStoragePolicy: unknown region ${unknown.join(', ')}. The regions are: ${this.regions.all.map((r) => r.name).join(', ')}.`,
+      );
+    }
+    return settings;
   }
 }
 

@@ -1,9 +1,9 @@
 --[[
   finish-cleanup: forgets a clean-up mark once its data has been dropped.
   KEYS[1]    pending data clean-ups (ZSET)
-  ARGV[1]    "topicUid/subscriptionUid"
+  ARGV[1]    "topicUid/subscriptionUid/name"
   Returns    1
-  Invariant: see create-subscription.
+  Invariant: see put-subscription.
 ]]
 redis.call('ZREM', KEYS[1], ARGV[1])
 return 1

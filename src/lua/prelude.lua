@@ -153,3 +153,23 @@ local function revoke_from(keys, key, seq)
   end
   return release_key(keys.keyed, keys.states, keys.ready, key, true)
 end
+
+-- ---- Control-plane records (put-topic, put-subscription) ----
+-- A name's stored state: its record JSON, else its tombstone JSON, else ''. Both carry a
+-- `version`; copies of the control plane in several regions converge on the highest.
+local function record_state(records_key, tombstones_key, name)
+  return redis.call('HGET', records_key, name) or redis.call('HGET', tombstones_key, name) or ''
+end
+
+-- Whether a put of new_json (version new_version) may replace `current`:
+--   'cas'    only if current is exactly `expected` (what the caller read and decided on);
+--   'newer'  only if it has a higher version; at equal versions (two writes made through
+--            different regions during a partition) the greater JSON wins, so every copy
+--            settles on the same state whatever order the writes arrive in.
+local function may_put(mode, expected, new_json, new_version, current)
+  if mode == 'cas' then return current == expected end
+  if current == '' then return true end
+  local current_version = cjson.decode(current).version or 0
+  if new_version ~= current_version then return new_version > current_version end
+  return new_json > current
+end

@@ -19,20 +19,24 @@ export class Keys {
   get ackSecret(): string {
     return this.meta('ack-secret');
   }
-  get topicUidCounter(): string {
-    return this.meta('topic-uid');
-  }
   get topics(): string {
     return this.meta('topics');
   }
   get topicIndex(): string {
     return this.meta('topic-index');
   }
+  /** Deleted topic names -> tombstone JSON (its version), so that a delete wins over older copies. */
+  get topicTombstones(): string {
+    return this.meta('topic-tombstones');
+  }
   get subscriptions(): string {
     return this.meta('subscriptions');
   }
   get subscriptionIndex(): string {
     return this.meta('subscription-index');
+  }
+  get subscriptionTombstones(): string {
+    return this.meta('subscription-tombstones');
   }
   /** Subscription data waiting to be dropped: after a delete, or an attach not yet recorded. */
   get pendingCleanups(): string {

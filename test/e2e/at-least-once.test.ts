@@ -69,10 +69,10 @@ async function setUp(t: Test, target: RedisTarget, options: { pullWaitMs?: numbe
       api('POST', `${P}/subscriptions/${sub}:modifyAckDeadline`, { ackIds, ackDeadlineSeconds }),
     /** Keys of a topic's data, and of one of its subscriptions. */
     async dataKeys(topic: string, sub?: string) {
-      const { record } = await broker.app.broker.topics.read(resourceName('topics', 'p', topic));
+      const record = await broker.app.broker.topics.read(resourceName('topics', 'p', topic));
       const data = new Keys(broker.prefix).topicData(record.uid);
       if (!sub) return { data, uid: record.uid };
-      const subRecord = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', sub))).record;
+      const subRecord = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', sub)));
       return { data, uid: record.uid, sub: data.subscription(subRecord.uid) };
     },
   };

@@ -127,8 +127,8 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
   const secret = await broker.redis.get(new Keys(broker.prefix).ackSecret);
   t.ok(secret, 'the ack ID secret is in Redis');
   const codec = new AckIdCodec(Buffer.from(secret!, 'hex'));
-  const ourUid = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'eod'))).record.uid;
-  const otherUid = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'other'))).record.uid;
+  const ourUid = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'eod'))).uid;
+  const otherUid = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'other'))).uid;
 
   const messages = new Map<string, MessageModel>();
   for (let first = 0; first < MESSAGES; first += 100) {
@@ -194,7 +194,7 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
       case 7: {
         // sealed for us, but a generation not delivered yet
         const live = liveDelivery();
-        const delivery = live ? codec.decode(live.ackId)! : { subscriptionUid: ourUid, seq: '999999', generation: 0 };
+        const delivery = live ? codec.decode(live.ackId)! : { region: '', subscriptionUid: ourUid, seq: '999999', generation: 0 };
         return codec.encode({ ...delivery, generation: delivery.generation + 1 });
       }
       case 4: {
@@ -503,8 +503,8 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
   t.equal(notOnce.length, 0, `messages not acked exactly once: ${notOnce.length}`);
 
   // Redis: nothing left for the subscription, and every body was released.
-  const { record: topic } = await broker.app.broker.topics.read(resourceName('topics', 'p', 'eod'));
-  const { record: sub } = await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'eod'));
+  const topic = await broker.app.broker.topics.read(resourceName('topics', 'p', 'eod'));
+  const sub = await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'eod'));
   const data = new Keys(broker.prefix).topicData(topic.uid);
   const subKeys = data.subscription(sub.uid);
   t.equal(await broker.redis.hlen(data.messages), 0, 'no message bodies are left');

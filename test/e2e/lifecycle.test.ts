@@ -11,7 +11,7 @@ const TOPIC = '/v1/projects/p/topics/life';
 const topicName = { project: 'p', id: 'life', full: 'projects/p/topics/life' };
 
 async function topicKeys(broker: TestBroker) {
-  const { record } = await broker.app.broker.topics.read(topicName);
+  const record = await broker.app.broker.topics.read(topicName);
   return { uid: record.uid, data: new Keys(broker.prefix).topicData(record.uid) };
 }
 
@@ -61,12 +61,12 @@ for (const target of redisTargets()) {
     await broker.api('PUT', '/v1/projects/p/subscriptions/real', { topic: topicName.full });
     const { uid, data } = await topicKeys(broker);
     const { ctx } = broker.app.broker;
-    // What create-subscription does before it records the subscription, then "crash".
+    // What a subscription create does before it records the subscription, then "crash".
     const orphan = 'feedfacefeedface';
     const orphanKeys = data.subscription(orphan);
-    await ctx.scripts.run('mark-cleanup', [ctx.keys.pendingCleanups], [clock.scriptTime(), `${uid}/${orphan}`]);
+    await ctx.scripts.run('mark-cleanup', [ctx.keys.pendingCleanups], [clock.scriptTime(), `${uid}/${orphan}/projects/p/subscriptions/never-recorded`]);
     await ctx.scripts.run('attach-subscription', [data.state, data.attached, orphanKeys.config], [
-      clock.scriptTime(), orphan, '0', 'ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0',
+      clock.scriptTime(), orphan, '0', '1', 'ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0',
     ]);
     await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('x') }] });
     t.equal(await broker.redis.llen(orphanKeys.ready), 1, 'the orphan receives publishes');
@@ -76,7 +76,7 @@ for (const target of redisTargets()) {
     clock.advanceSeconds(120);
     t.equal(await broker.app.broker.subscriptions.collectGarbage(Number(clock.scriptTime()) - 60_000_000), 1, 'collected after it');
     t.equal(await broker.redis.exists(orphanKeys.ready, orphanKeys.config), 0, 'its data is gone');
-    t.same(await broker.redis.hkeys(data.attached), [(await broker.app.broker.subscriptions.read({ project: 'p', id: 'real', full: 'projects/p/subscriptions/real' })).record.uid]);
+    t.same(await broker.redis.hkeys(data.attached), [(await broker.app.broker.subscriptions.read({ project: 'p', id: 'real', full: 'projects/p/subscriptions/real' })).uid]);
     t.equal(await broker.redis.zcard(ctx.keys.pendingCleanups), 0, 'no mark left');
     const real = await broker.api('POST', '/v1/projects/p/subscriptions/real:pull', { maxMessages: 10, returnImmediately: true });
     t.equal(real.body.receivedMessages.length, 1, 'the real subscription is untouched');
@@ -99,7 +99,7 @@ for (const target of redisTargets()) {
     await broker.api('POST', '/v1/projects/p/subscriptions/busy:pull', { maxMessages: 1, returnImmediately: true });
     // What an open stream does on each heartbeat tick, messages or not.
     const streamed = { project: 'p', id: 'streamed', full: 'projects/p/subscriptions/streamed' };
-    await subscriptions.touch((await subscriptions.read(streamed)).record);
+    await subscriptions.touch(await subscriptions.read(streamed));
     t.equal(await subscriptions.expireIdle(now()), 0, 'nothing idle for a whole day yet');
     clock.advanceSeconds(401);
     t.equal(await subscriptions.expireIdle(now()), 1, 'one day after its creation, the unused subscription expires');

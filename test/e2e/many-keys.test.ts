@@ -26,7 +26,7 @@ for (const target of redisTargets()) {
         );
       }
     }
-    const { record } = await broker.app.broker.subscriptions.read({ project: 'p', id: 'keys-sub', full: 'projects/p/subscriptions/keys-sub' });
+    const record = await broker.app.broker.subscriptions.read({ project: 'p', id: 'keys-sub', full: 'projects/p/subscriptions/keys-sub' });
     const data = new Keys(broker.prefix).topicData(record.topicUid).subscription(record.uid);
     t.equal(await broker.redis.llen(data.ready), KEYS, 'one ready entry per key with messages, not per message');
 

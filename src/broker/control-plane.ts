@@ -1,0 +1,330 @@
+import { randomBytes } from 'node:crypto';
+import { parseDurationSeconds } from './durations.ts';
+import type { Region, Regions } from './regions.ts';
+import type { SubscriptionRecord } from './subscriptions.ts';
+import type { TopicRecord } from './topics.ts';
+import { CONFIG_CHANGED } from './wakeups.ts';
+
+/**
+ * Topics and subscriptions are global: every region's Redis holds a full copy of the control
+ * plane. Each name has one state per region: a record, a tombstone (deleted), or nothing; each
+ * state carries a version, and a copy only ever moves to a higher one.
+ *
+ * - A write is decided at the arbiter (the first usable region in name order) by a
+ *   compare-and-set against the state the caller read, then copied to every other connected
+ *   region before the call returns.
+ * - A region that was away catches up by a sync (anti-entropy): every name's highest state is
+ *   copied to the regions that hold an older one. A node syncs each region when its connection
+ *   to it (re)opens, before it uses that region's data plane, and every SYNC_INTERVAL_MS.
+ *
+ * Putting a state also does what the state implies in that region's data plane: a subscription
+ * record attaches the subscription to its topic there, a tombstone drops its data, a topic
+ * tombstone closes the topic's data to publishing.
+ */
+export type Kind = 'topic' | 'subscription';
+
+export interface Tombstone {
+  name: string;
+  version: number;
+  deleted: true;
+  /** The incarnation the delete ended. */
+  uid: string;
+  /** Subscriptions: the topic incarnation the deleted subscription was attached to. */
+  topicUid?: string;
+}
+
+type State = TopicRecord | SubscriptionRecord | Tombstone;
+
+/** Periodic sync: heals regions that missed a write without losing their connection. */
+export const SYNC_INTERVAL_MS = 30_000;
+/** How many held entries one drop-subscription call releases (bounds the script's run time). */
+const DROP_BATCH = 1000;
+
+export const isTombstone = (state: State): state is Tombstone => 'deleted' in state && state.deleted === true;
+export const versionOf = (json: string): number => (json === '' ? 0 : ((JSON.parse(json) as { version?: number }).version ?? 0));
+export const newUid = () => randomBytes(8).toString('hex');
+
+/** The same order as may_put in prelude.lua: higher version, then the greater JSON. */
+export function supersedes(candidate: string, current: string): boolean {
+  if (candidate === current || candidate === '') return false;
+  if (current === '') return true;
+  const [a, b] = [versionOf(candidate), versionOf(current)];
+  if (a !== b) return a > b;
+  return Buffer.compare(Buffer.from(candidate), Buffer.from(current)) > 0;
+}
+
+export const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
+  `${record.topicUid}/${record.uid}/${record.name}`;
+
+/** The delivery settings a subscription's scripts read, as config hash field/value pairs. */
+function deliveryConfig(record: SubscriptionRecord): string[] {
+  return [
+    'ackDeadlineUs',
+    String(record.ackDeadlineSeconds * 1_000_000),
+    'retentionUs',
+    String(Math.round(parseDurationSeconds(record.messageRetentionDuration, 'messageRetentionDuration') * 1_000_000)),
+    'exactlyOnce',
+    record.enableExactlyOnceDelivery ? '1' : '0',
+    'ordered',
+    record.enableMessageOrdering ? '1' : '0',
+  ];
+}
+
+export class ControlPlane {
+  /** Bumped whenever a region's connection opens or closes: a sync only vouches for the epoch it saw. */
+  private readonly epochs = new Map<Region, number>();
+  private syncing?: Promise<void>;
+  private syncAgain = false;
+  private timer?: NodeJS.Timeout;
+  private stopped = false;
+
+  constructor(
+    private readonly regions: Regions,
+    private readonly log: (message: string) => void = () => {},
+  ) {}
+
+  /** Keeps every region in step: a sync now, whenever a connection (re)opens, and periodically. */
+  start(): void {
+    if (!this.regions.multiRegion) return;
+    for (const region of this.regions.all) {
+      this.epochs.set(region, 0);
+      const changed = () => {
+        this.epochs.set(region, (this.epochs.get(region) ?? 0) + 1);
+        region.synced = false;
+      };
+      region.ctx.redis.on('close', changed);
+      region.ctx.redis.on('ready', () => {
+        changed();
+        this.requestSync();
+      });
+    }
+    this.requestSync();
+    this.timer = setInterval(() => this.requestSync(), SYNC_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.syncing;
+  }
+
+  /** Runs a sync unless one is running (then one more runs after it). Failures are retried by the next request. */
+  requestSync(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.syncing) {
+      this.syncAgain = true;
+      return this.syncing;
+    }
+    this.syncing = (async () => {
+      do {
+        this.syncAgain = false;
+        try {
+          await this.sync();
+        } catch (error) {
+          this.log(`control-plane sync failed: ${(error as Error).message}`);
+          // A connection that is up but failing still needs one: try again shortly.
+          if (!this.stopped) setTimeout(() => this.requestSync(), 1_000).unref();
+        }
+      } while (this.syncAgain && !this.stopped);
+    })().finally(() => (this.syncing = undefined));
+    return this.syncing;
+  }
+
+  /** A name's state in one region: its record JSON, its tombstone JSON, or ''. */
+  async readState(region: Region, kind: Kind, name: string): Promise<string> {
+    const [records, tombstones] = this.hashes(region, kind);
+    const [record, tombstone] = await Promise.all([region.ctx.redis.hget(records, name), region.ctx.redis.hget(tombstones, name)]);
+    return record ?? tombstone ?? '';
+  }
+
+  /**
+   * Writes a state the caller decided on from `expected`, the state it read at `arbiter`.
+   * False when the state there changed meanwhile (the caller reads again and decides again).
+   * Regions that cannot take the copy now get it from their next sync.
+   */
+  async write(kind: Kind, arbiter: Region, expected: string, state: State): Promise<boolean> {
+    if (!(await this.put(kind, arbiter, state, 'cas', expected))) return false;
+    const others = this.regions.all.filter((region) => region !== arbiter && region.connected);
+    await Promise.all(
+      others.map((region) =>
+        this.put(kind, region, state, 'newer').catch((error: Error) => {
+          this.log(`copy of ${state.name} to region ${region.name} failed (${error.message}); it syncs later`);
+          region.synced = false;
+          void this.requestSync();
+        }),
+      ),
+    );
+    return true;
+  }
+
+  /** Drops subscription data (a deleted subscription's, or an interrupted attach's) in one region. */
+  async dropData(region: Region, topicUid: string, subscriptionUid: string): Promise<void> {
+    const { keys, scripts } = region.ctx;
+    const data = keys.topicData(topicUid);
+    const sub = data.subscription(subscriptionUid);
+    let remaining: unknown;
+    do {
+      remaining = await scripts.run(
+        'drop-subscription',
+        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+        [subscriptionUid, DROP_BATCH],
+      );
+    } while (remaining !== 0);
+  }
+
+  async finishCleanup(region: Region, ref: string): Promise<void> {
+    await region.ctx.scripts.run('finish-cleanup', [region.ctx.keys.pendingCleanups], [ref]);
+  }
+
+  /**
+   * Puts one state into one region with its data-plane effects. 'cas' applies only if the state
+   * there is `expected`; 'newer' only if it is newer than the state there. True if applied.
+   */
+  private async put(kind: Kind, region: Region, state: State, mode: 'cas' | 'newer', expected = ''): Promise<boolean> {
+    return kind === 'topic'
+      ? this.putTopic(region, state as TopicRecord | Tombstone, mode, expected)
+      : this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
+  }
+
+  private async putTopic(region: Region, state: TopicRecord | Tombstone, mode: 'cas' | 'newer', expected: string): Promise<boolean> {
+    const { keys, scripts } = region.ctx;
+    const deleted = isTombstone(state);
+    // Closed to publishing before the name goes: never a deleted name whose data takes messages.
+    if (deleted) await scripts.run('delete-topic-data', [keys.topicData(state.uid).state], []);
+    const [applied, previousJson] = (await scripts.run(
+      'put-topic',
+      [keys.topics, keys.topicIndex, keys.topicTombstones, keys.topicSubscriptions(state.uid)],
+      [mode, expected, state.name, JSON.stringify(state), state.version, deleted ? '1' : '0'],
+    )) as [number, string];
+    if (applied !== 1) return false;
+    const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
+    // This region still had an older incarnation of the name (it missed a delete and a create).
+    if (previous && !isTombstone(previous) && previous.uid !== state.uid) {
+      await scripts.run('delete-topic-data', [keys.topicData(previous.uid).state], []);
+      await region.ctx.redis.del(keys.topicSubscriptions(previous.uid));
+    }
+    return true;
+  }
+
+  private async putSubscription(
+    region: Region,
+    state: SubscriptionRecord | Tombstone,
+    mode: 'cas' | 'newer',
+    expected: string,
+  ): Promise<boolean> {
+    const { keys, scripts, clock } = region.ctx;
+    const deleted = isTombstone(state);
+    const topicUid = deleted ? (state.topicUid ?? '') : state.topicUid;
+    // A new incarnation is attached before it is recorded (its messages are kept from the moment
+    // it is visible); a settings change decided here is recorded first, so that only the
+    // compare-and-set winner's settings reach the data plane. Copies are attached first: the
+    // attach keeps the settings of the highest record version it has seen.
+    const expectedUid = expected && !isTombstone(JSON.parse(expected) as State) ? (JSON.parse(expected) as SubscriptionRecord).uid : '';
+    const attachFirst = !deleted && (mode === 'newer' || expectedUid !== state.uid);
+    if (attachFirst) await this.attach(region, state as SubscriptionRecord);
+    const [applied, previousJson] = (await scripts.run(
+      'put-subscription',
+      [keys.subscriptions, keys.subscriptionIndex, keys.subscriptionTombstones, keys.topicSubscriptions(topicUid), keys.pendingCleanups],
+      [mode, expected, state.name, JSON.stringify(state), state.version, deleted ? '1' : '0', clock.scriptTime()],
+    )) as [number, string];
+    if (applied !== 1) {
+      // A fresh incarnation that lost: nobody else can have attached its uid.
+      if (attachFirst && mode === 'cas') {
+        await this.dropData(region, topicUid, state.uid);
+        await this.finishCleanup(region, dataRef(state as SubscriptionRecord));
+      }
+      return false;
+    }
+    if (!deleted && !attachFirst) await this.attach(region, state);
+    const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
+    if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
+      if (previous.topicUid !== topicUid) await region.ctx.redis.zrem(keys.topicSubscriptions(previous.topicUid), previous.name);
+      await this.dropData(region, previous.topicUid, previous.uid);
+      await this.finishCleanup(region, dataRef(previous));
+      await this.announce(region, previous.topicUid);
+    }
+    if (!deleted) await this.announce(region, topicUid);
+    return true;
+  }
+
+  private async attach(region: Region, record: SubscriptionRecord): Promise<void> {
+    const { keys, scripts, clock } = region.ctx;
+    const data = keys.topicData(record.topicUid);
+    await scripts.run('mark-cleanup', [keys.pendingCleanups], [clock.scriptTime(), dataRef(record)]);
+    // -1: the topic incarnation is deleted in this region; the subscription simply gets nothing here.
+    await scripts.run(
+      'attach-subscription',
+      [data.state, data.attached, data.subscription(record.uid).config],
+      [clock.scriptTime(), record.uid, record.enableMessageOrdering ? '1' : '0', record.version, ...deliveryConfig(record)],
+    );
+  }
+
+  /** Open streams of the topic's subscriptions re-read their settings (or learn of a delete). */
+  private async announce(region: Region, topicUid: string): Promise<void> {
+    await region.ctx.redis.publish(region.ctx.keys.wakeChannel(topicUid), CONFIG_CHANGED);
+  }
+
+  private hashes(region: Region, kind: Kind): [string, string] {
+    const { keys } = region.ctx;
+    return kind === 'topic' ? [keys.topics, keys.topicTombstones] : [keys.subscriptions, keys.subscriptionTombstones];
+  }
+
+  /**
+   * Anti-entropy over every connected region: each name's highest state goes to the regions
+   * that hold an older one; then every region whose connection did not change meanwhile is synced.
+   */
+  private async sync(): Promise<void> {
+    const regions = this.regions.all.filter((region) => region.connected);
+    const epochs = regions.map((region) => this.epochs.get(region));
+    await this.shareAckSecret(regions);
+    // Topics first: a subscription copied to a region finds its topic's state already there.
+    for (const kind of ['topic', 'subscription'] as const) {
+      const states = await Promise.all(regions.map((region) => this.readAll(region, kind)));
+      const names = new Set(states.flatMap((byName) => [...byName.keys()]));
+      for (const name of names) {
+        let winner = '';
+        for (const byName of states) {
+          const candidate = byName.get(name) ?? '';
+          if (supersedes(candidate, winner)) winner = candidate;
+        }
+        for (let i = 0; i < regions.length; i++) {
+          if (supersedes(winner, states[i].get(name) ?? '')) await this.put(kind, regions[i], JSON.parse(winner) as State, 'newer');
+        }
+      }
+    }
+    regions.forEach((region, i) => {
+      if (region.connected && this.epochs.get(region) === epochs[i]) region.synced = true;
+    });
+  }
+
+  private async readAll(region: Region, kind: Kind): Promise<Map<string, string>> {
+    const [records, tombstones] = this.hashes(region, kind);
+    const [live, dead] = await Promise.all([region.ctx.redis.hgetall(records), region.ctx.redis.hgetall(tombstones)]);
+    return new Map([...Object.entries(dead), ...Object.entries(live)]);
+  }
+
+  /** Every region gets the ack ID secret of the first region (in name order) that has one. */
+  private async shareAckSecret(regions: Region[]): Promise<void> {
+    const secrets = await Promise.all(regions.map((region) => region.ctx.redis.get(region.ctx.keys.ackSecret)));
+    const secret = secrets.find((value) => value !== null);
+    if (!secret) return;
+    await Promise.all(
+      regions.map((region, i) => (secrets[i] === null ? region.ctx.redis.set(region.ctx.keys.ackSecret, secret, 'NX') : undefined)),
+    );
+  }
+}
+
+/** The ack ID secret: the first region's (in name order) that can be reached, created there if none has one. */
+export async function loadAckSecret(regions: Regions): Promise<Buffer> {
+  const reachable = regions.all.filter((region) => region.usable);
+  for (const region of reachable) {
+    const secret = await region.ctx.redis.get(region.ctx.keys.ackSecret);
+    if (secret) return Buffer.from(secret, 'hex');
+  }
+  const first = reachable[0] ?? regions.local;
+  await first.ctx.redis.set(first.ctx.keys.ackSecret, randomBytes(32).toString('hex'), 'NX');
+  const secret = await first.ctx.redis.get(first.ctx.keys.ackSecret);
+  if (!secret) throw new Error('the ack ID secret vanished from Redis');
+  return Buffer.from(secret, 'hex');
+}

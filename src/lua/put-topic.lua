@@ -1,0 +1,31 @@
+--[[
+  put-topic: writes one topic's state (record or tombstone) into this region's control plane.
+  KEYS[1]    topic records (HASH full name -> JSON)
+  KEYS[2]    topic name index (ZSET, score 0, for listing in name order)
+  KEYS[3]    topic tombstones (HASH full name -> JSON {name, version, deleted, uid})
+  KEYS[4]    the subscription names of the state's incarnation (ZSET; dropped with a tombstone)
+  ARGV[1]    'cas' (create, update, delete) or 'newer' (copy to other regions, sync)
+  ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
+  ARGV[3]    full topic name
+  ARGV[4]    the new state (JSON)
+  ARGV[5]    its version
+  ARGV[6]    '1' if the new state is a tombstone
+  Returns    {1, previous state} written; {0, current state} refused (see may_put)
+  Invariant: one state per name (record xor tombstone); the index holds exactly the recorded
+             names; a region's copy only ever moves to a higher version.
+]]
+local topics_key, index_key, tombstones_key, topic_subscriptions_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local name, new_json = ARGV[3], ARGV[4]
+local current = record_state(topics_key, tombstones_key, name)
+if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { 0, current } end
+if ARGV[6] == '1' then
+  redis.call('HDEL', topics_key, name)
+  redis.call('ZREM', index_key, name)
+  redis.call('HSET', tombstones_key, name, new_json)
+  redis.call('DEL', topic_subscriptions_key)
+else
+  redis.call('HSET', topics_key, name, new_json)
+  redis.call('ZADD', index_key, 0, name)
+  redis.call('HDEL', tombstones_key, name)
+end
+return { 1, current }
