@@ -4,6 +4,7 @@ import { unavailable } from '../src/errors.ts';
 import { backlogByRegion } from '../src/broker/metrics.ts';
 import type { Region } from '../src/broker/regions.ts';
 import { packagePath } from '../src/paths.ts';
+import { withTimeout } from '../src/timeout.ts';
 import type { RouteOptions } from './index.ts';
 
 const OPENAPI_DOCUMENT = readFileSync(packagePath('openapi.yaml'), 'utf8');
@@ -55,16 +56,10 @@ export async function healthRoutes(app: FastifyInstance, { broker }: RouteOption
 }
 
 async function probe(region: Region): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS)));
   const check = (async () => {
     await region.ctx.redis.ping();
     await region.ctx.scripts.loadAll();
     return true;
-  })().catch(() => false);
-  try {
-    return await Promise.race([check, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+  })();
+  return withTimeout(check, PROBE_TIMEOUT_MS).catch(() => false);
 }

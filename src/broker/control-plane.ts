@@ -272,30 +272,46 @@ export class ControlPlane {
 
   /**
    * Anti-entropy over every connected region: each name's highest state goes to the regions
-   * that hold an older one; then every region whose connection did not change meanwhile is synced.
+   * that hold an older one; then every region that took part without an error, and whose
+   * connection did not change meanwhile, is synced. A region that fails is left out (and stays
+   * unsynced), so that one sick region never keeps the others from being synced.
    */
   private async sync(): Promise<void> {
-    const regions = this.regions.all.filter((region) => region.connected);
-    const epochs = regions.map((region) => this.epochs.get(region));
-    await this.shareAckSecret(regions);
+    const connected = this.regions.all.filter((region) => region.connected);
+    const epochs = new Map(connected.map((region) => [region, this.epochs.get(region)]));
+    const failed = new Set<Region>();
+    const attempt = async (region: Region, work: () => Promise<unknown>) => {
+      if (failed.has(region)) return;
+      try {
+        await work();
+      } catch (error) {
+        this.log(`control-plane sync of region ${region.name} failed: ${(error as Error).message}`);
+        failed.add(region);
+      }
+    };
+    await this.shareAckSecret(connected, attempt);
     // Topics first: a subscription copied to a region finds its topic's state already there.
     for (const kind of ['topic', 'subscription'] as const) {
-      const states = await Promise.all(regions.map((region) => this.readAll(region, kind)));
-      const names = new Set(states.flatMap((byName) => [...byName.keys()]));
+      const states = new Map<Region, Map<string, string>>();
+      await Promise.all(connected.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))));
+      const names = new Set([...states.values()].flatMap((byName) => [...byName.keys()]));
       for (const name of names) {
         let winner = '';
-        for (const byName of states) {
+        for (const byName of states.values()) {
           const candidate = byName.get(name) ?? '';
           if (supersedes(candidate, winner)) winner = candidate;
         }
-        for (let i = 0; i < regions.length; i++) {
-          if (supersedes(winner, states[i].get(name) ?? '')) await this.put(kind, regions[i], JSON.parse(winner) as State, 'newer');
+        for (const [region, byName] of states) {
+          if (supersedes(winner, byName.get(name) ?? '')) {
+            await attempt(region, () => this.put(kind, region, JSON.parse(winner) as State, 'newer'));
+          }
         }
       }
     }
-    regions.forEach((region, i) => {
-      if (region.connected && this.epochs.get(region) === epochs[i]) region.synced = true;
-    });
+    for (const region of connected) {
+      if (!failed.has(region) && region.connected && this.epochs.get(region) === epochs.get(region)) region.synced = true;
+    }
+    if (failed.size > 0) throw new Error(`regions ${[...failed].map((region) => region.name).join(', ')} are not synced`);
   }
 
   private async readAll(region: Region, kind: Kind): Promise<Map<string, string>> {
@@ -305,12 +321,15 @@ export class ControlPlane {
   }
 
   /** Every region gets the ack ID secret of the first region (in name order) that has one. */
-  private async shareAckSecret(regions: Region[]): Promise<void> {
-    const secrets = await Promise.all(regions.map((region) => region.ctx.redis.get(region.ctx.keys.ackSecret)));
-    const secret = secrets.find((value) => value !== null);
+  private async shareAckSecret(regions: Region[], attempt: (region: Region, work: () => Promise<unknown>) => Promise<void>) {
+    const secrets = new Map<Region, string | null>();
+    await Promise.all(regions.map((region) => attempt(region, async () => secrets.set(region, await region.ctx.redis.get(region.ctx.keys.ackSecret)))));
+    const secret = regions.map((region) => secrets.get(region)).find((value) => value);
     if (!secret) return;
     await Promise.all(
-      regions.map((region, i) => (secrets[i] === null ? region.ctx.redis.set(region.ctx.keys.ackSecret, secret, 'NX') : undefined)),
+      [...secrets].filter(([, value]) => value === null).map(([region]) =>
+        attempt(region, () => region.ctx.redis.set(region.ctx.keys.ackSecret, secret, 'NX')),
+      ),
     );
   }
 }

@@ -1,5 +1,6 @@
 import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
+import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
 import { formatTimestampUs } from './durations.ts';
 import { packMessage, unpackMessage } from './message-codec.ts';
@@ -21,6 +22,12 @@ const MAX_ATTRIBUTES = 100;
 const MAX_ATTRIBUTE_KEY_BYTES = 256;
 const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
 const MAX_ORDERING_KEY_BYTES = 1024;
+/**
+ * A remote region that answers slower than this is skipped by a pull: a sick region must not
+ * stall pulls through the healthy ones. Whatever its script leased meanwhile is delivered
+ * again when the lease runs out (nobody saw it, so exactly-once still holds).
+ */
+const REMOTE_PULL_TIMEOUT_MS = 2_000;
 
 export interface ReceivedMessage {
   ackId: string;
@@ -187,7 +194,8 @@ export class DeliveryService {
     for (const region of this.pullOrder()) {
       if (received.length >= max || bytesLeft <= 0) break;
       try {
-        const part = await this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
+        const pulling = this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
+        const part = region === this.regions.local ? await pulling : await withTimeout(pulling, REMOTE_PULL_TIMEOUT_MS);
         received.push(...part.received);
         bytesLeft -= part.bytes;
         if (part.nextDueUs !== undefined) nextDueUs = Math.min(nextDueUs ?? Infinity, part.nextDueUs);

@@ -60,9 +60,18 @@ export class RedisServer {
     }
   }
 
+  /** Freezes the server (SIGSTOP): connections stay open but nothing answers, like a hung host. */
+  pause(): void {
+    this.child?.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.child?.kill('SIGCONT');
+  }
+
   async kill(): Promise<void> {
     const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    if (!child || child.exitCode !== null || (child.signalCode !== null && child.signalCode !== 'SIGSTOP')) return;
     const exited = once(child, 'exit');
     child.kill('SIGKILL');
     await exited;
@@ -74,6 +83,7 @@ function connect(url: string, queueWhileOffline = false): Redis {
   const client = new Redis(url, {
     enableOfflineQueue: queueWhileOffline,
     maxRetriesPerRequest: 1,
+    commandTimeout: 3_000,
     retryStrategy: () => 50,
   });
   client.on('error', () => {});

@@ -213,6 +213,24 @@ t.test('regions', async (t) => {
     t.same(await backlog(d, 'a', 'outage-sub'), { a: 0, b: 0, c: 0 }, 'nothing left anywhere');
   });
 
+  t.test('a region whose Redis hangs does not stall the others', async (t) => {
+    await d.api('a', 'PUT', topicPath('hung'), {});
+    await d.api('a', 'PUT', subPath('hung-sub'), { topic: 'projects/p/topics/hung' });
+    await publish(d, 'b', 'hung', ['stored in b']);
+    d.redis.get('b')!.pause();
+    t.teardown(() => d.redis.get('b')!.resume());
+    t.match((await publish(d, 'a', 'hung', ['stored in a'])).body.messageIds, [/^a-/], 'a publish through a');
+    const received = await pullAll(d, 'c', 'hung-sub');
+    t.same(received.map((m) => unb64(m.message.data)), ['stored in a'], "a pull through c skips b's Redis");
+    const readiness = await d.api('c', 'GET', '/readyz');
+    t.equal(readiness.status, 200, 'c stays ready');
+    t.same(readiness.body.regions.b, { reachable: false, synced: false }, 'b is reported unreachable');
+    d.redis.get('b')!.resume();
+    // The pull through c gave up on b, whose script then ran late and leased b's message to
+    // nobody: it is delivered again when that lease ends, and meanwhile still counted.
+    t.same(await backlog(d, 'a', 'hung-sub'), { a: 1, b: 1, c: 0 }, "b's message is kept");
+  });
+
   t.test('a region whose Redis lost a copy catches up by the periodic sync', async (t) => {
     await d.api('a', 'PUT', topicPath('healed'), {});
     // Simulate a write that reached a and b but not c (a partition between the writer and c).
