@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { notFound } from '../errors.ts';
 import { parseDurationSeconds } from './durations.ts';
+import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import type { SubscriptionRecord } from './subscriptions.ts';
 import type { TopicRecord } from './topics.ts';
@@ -139,6 +141,18 @@ export class ControlPlane {
   }
 
   /**
+   * A live record as the arbiter holds it, for a compare-and-set there (NOT_FOUND when it is
+   * deleted or was never created).
+   */
+  async readAtArbiter<T extends TopicRecord | SubscriptionRecord>(kind: Kind, name: ResourceName): Promise<{ arbiter: Region; json: string; record: T }> {
+    const arbiter = this.regions.arbiter();
+    const json = await this.readState(arbiter, kind, name.full);
+    const state = json ? (JSON.parse(json) as State) : undefined;
+    if (!state || isTombstone(state)) throw notFound(name.id);
+    return { arbiter, json, record: state as T };
+  }
+
+  /**
    * Writes a state the caller decided on from `expected`, the state it read at `arbiter`.
    * False when the state there changed meanwhile (the caller reads again and decides again).
    * Regions that cannot take the copy now get it from their next sync.
@@ -220,8 +234,9 @@ export class ControlPlane {
     // it is visible); a settings change decided here is recorded first, so that only the
     // compare-and-set winner's settings reach the data plane. Copies are attached first: the
     // attach keeps the settings of the highest record version it has seen.
-    const expectedUid = expected && !isTombstone(JSON.parse(expected) as State) ? (JSON.parse(expected) as SubscriptionRecord).uid : '';
-    const attachFirst = !deleted && (mode === 'newer' || expectedUid !== state.uid);
+    const expectedState = expected ? (JSON.parse(expected) as State) : undefined;
+    const sameIncarnation = expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
+    const attachFirst = !deleted && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord);
     const [applied, previousJson] = (await scripts.run(
       'put-subscription',

@@ -168,7 +168,7 @@ export class SubscriptionService {
     this.regions.requireLocal();
 
     for (;;) {
-      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<SubscriptionRecord>('subscription', name);
       const updated: SubscriptionRecord = { ...record, version: versionOf(json) + 1 };
       const has = (field: string) => paths.includes(field);
       if (has('enableExactlyOnceDelivery')) setFlag(updated, 'enableExactlyOnceDelivery', body.enableExactlyOnceDelivery);
@@ -191,7 +191,7 @@ export class SubscriptionService {
   async delete(name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     for (;;) {
-      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<SubscriptionRecord>('subscription', name);
       if (await this.deleteRecord(arbiter, json, record)) return;
     }
   }
@@ -291,13 +291,7 @@ export class SubscriptionService {
     return ctx.redis.hget(ctx.keys.subscriptions, name.full);
   }
 
-  private async readAtArbiter(name: ResourceName): Promise<{ arbiter: Region; json: string; record: SubscriptionRecord }> {
-    const arbiter = this.regions.arbiter();
-    const json = await this.controlPlane.readState(arbiter, 'subscription', name.full);
-    const state = json ? (JSON.parse(json) as SubscriptionRecord | Tombstone) : undefined;
-    if (!state || isTombstone(state)) throw notFound(name.id);
-    return { arbiter, json, record: state };
-  }
+
 
   /** The latest use of the subscription in any usable region (undefined: none recorded). */
   private async lastActiveUs(record: SubscriptionRecord): Promise<number | undefined> {

@@ -9,7 +9,7 @@ import {
 import { isTombstone, newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
 import { checkDuration } from './durations.ts';
 import type { ResourceName } from './names.ts';
-import type { Region, Regions } from './regions.ts';
+import type { Regions } from './regions.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
 import { parseUpdateMask } from './update-mask.ts';
 
@@ -90,7 +90,7 @@ export class TopicService {
     const settings = this.checkSettings(request.topic);
     this.regions.requireLocal();
     for (;;) {
-      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<TopicRecord>('topic', name);
       const updated: TopicRecord = { ...record, version: versionOf(json) + 1 };
       for (const path of paths as (typeof MUTABLE_FIELDS)[number][]) {
         if (settings[path] === undefined) delete updated[path];
@@ -103,7 +103,7 @@ export class TopicService {
   async delete(name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     for (;;) {
-      const { arbiter, json, record } = await this.readAtArbiter(name);
+      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<TopicRecord>('topic', name);
       const tombstone: Tombstone = { name: name.full, version: versionOf(json) + 1, deleted: true, uid: record.uid };
       if (await this.controlPlane.write('topic', arbiter, json, tombstone)) return;
     }
@@ -132,14 +132,6 @@ export class TopicService {
     return { ...(names.length ? { subscriptions: names } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
   }
 
-  /** The record as the arbiter holds it, for a compare-and-set there. */
-  private async readAtArbiter(name: ResourceName): Promise<{ arbiter: Region; json: string; record: TopicRecord }> {
-    const arbiter = this.regions.arbiter();
-    const json = await this.controlPlane.readState(arbiter, 'topic', name.full);
-    const state = json ? (JSON.parse(json) as TopicRecord | Tombstone) : undefined;
-    if (!state || isTombstone(state)) throw notFound(name.id);
-    return { arbiter, json, record: state };
-  }
 
   private checkSettings(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {
     const settings = checkSettings(body);
