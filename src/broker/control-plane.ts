@@ -90,18 +90,14 @@ export class ControlPlane {
     if (!this.regions.multiRegion) return;
     for (const region of this.regions.all) {
       this.epochs.set(region, 0);
-      const changed = () => {
-        this.epochs.set(region, (this.epochs.get(region) ?? 0) + 1);
-        region.synced = false;
-      };
-      region.ctx.redis.on('close', changed);
+      region.ctx.redis.on('close', () => this.markStale(region));
       region.ctx.redis.on('ready', () => {
-        changed();
-        this.requestSync();
+        this.markStale(region);
+        void this.requestSync();
       });
     }
-    this.requestSync();
-    this.timer = setInterval(() => this.requestSync(), SYNC_INTERVAL_MS);
+    void this.requestSync();
+    this.timer = setInterval(() => void this.requestSync(), SYNC_INTERVAL_MS);
     this.timer.unref();
   }
 
@@ -126,11 +122,17 @@ export class ControlPlane {
         } catch (error) {
           this.log(`control-plane sync failed: ${(error as Error).message}`);
           // A connection that is up but failing still needs one: try again shortly.
-          if (!this.stopped) setTimeout(() => this.requestSync(), 1_000).unref();
+          if (!this.stopped) setTimeout(() => void this.requestSync(), 1_000).unref();
         }
       } while (this.syncAgain && !this.stopped);
     })().finally(() => (this.syncing = undefined));
     return this.syncing;
+  }
+
+  /** The region may lack a write: unusable until a sync that starts after this one completes. */
+  private markStale(region: Region): void {
+    this.epochs.set(region, (this.epochs.get(region) ?? 0) + 1);
+    region.synced = false;
   }
 
   /** A name's state in one region: its record JSON, its tombstone JSON, or ''. */
@@ -164,7 +166,7 @@ export class ControlPlane {
       others.map((region) =>
         this.put(kind, region, state, 'newer').catch((error: Error) => {
           this.log(`copy of ${state.name} to region ${region.name} failed (${error.message}); it syncs later`);
-          region.synced = false;
+          this.markStale(region);
           void this.requestSync();
         }),
       ),
