@@ -239,7 +239,7 @@ export class ControlPlane {
     const expectedState = expected ? (JSON.parse(expected) as State) : undefined;
     const sameIncarnation = expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && (mode === 'newer' || !sameIncarnation);
-    if (attachFirst) await this.attach(region, state as SubscriptionRecord);
+    if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
     const [applied, previousJson] = (await scripts.run(
       'put-subscription',
       [keys.subscriptions, keys.subscriptionIndex, keys.subscriptionTombstones, keys.topicSubscriptions(topicUid), keys.pendingCleanups],
@@ -253,7 +253,7 @@ export class ControlPlane {
       }
       return false;
     }
-    if (!deleted && !attachFirst) await this.attach(region, state);
+    if (!deleted && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
       if (previous.topicUid !== topicUid) await region.ctx.redis.zrem(keys.topicSubscriptions(previous.topicUid), previous.name);
@@ -265,10 +265,15 @@ export class ControlPlane {
     return true;
   }
 
-  private async attach(region: Region, record: SubscriptionRecord): Promise<void> {
+  /**
+   * Attaches the subscription in one region with the record's settings. `unrecorded`: the record
+   * is not there yet, so the data is marked for clean-up until it is (a crash in between leaves
+   * nothing behind for good).
+   */
+  private async attach(region: Region, record: SubscriptionRecord, unrecorded: boolean): Promise<void> {
     const { keys, scripts, clock } = region.ctx;
     const data = keys.topicData(record.topicUid);
-    await scripts.run('mark-cleanup', [keys.pendingCleanups], [clock.scriptTime(), dataRef(record)]);
+    if (unrecorded) await scripts.run('mark-cleanup', [keys.pendingCleanups], [clock.scriptTime(), dataRef(record)]);
     // -1: the topic incarnation is deleted in this region; the subscription simply gets nothing here.
     await scripts.run(
       'attach-subscription',

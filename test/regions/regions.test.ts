@@ -57,6 +57,15 @@ t.test('regions', async (t) => {
     // Created again after the delete: the tombstone's higher version does not hide the new one.
     t.equal((await d.api('b', 'PUT', topicPath('meta'), {})).status, 200, 'a deleted name can be created again');
     t.equal((await d.api('a', 'GET', topicPath('meta'))).status, 200);
+    await d.api('a', 'PUT', subPath('meta-sub'), { topic: 'projects/p/topics/meta' });
+    t.equal((await d.api('c', 'PATCH', subPath('meta-sub'), { subscription: { ackDeadlineSeconds: 42 }, updateMask: 'ackDeadlineSeconds' })).status, 200);
+    for (const region of ['a', 'b', 'c']) {
+      const { ctx } = d.brokers.get(region)!.app.broker;
+      const record = JSON.parse((await ctx.redis.hget(ctx.keys.subscriptions, 'projects/p/subscriptions/meta-sub'))!);
+      const config = ctx.keys.topicData(record.topicUid).subscription(record.uid).config;
+      t.equal(await ctx.redis.hget(config, 'ackDeadlineUs'), '42000000', `the update reached the delivery settings in ${region}`);
+      t.equal(await ctx.redis.zcard(ctx.keys.pendingCleanups), 0, `no clean-up left pending in ${region}`);
+    }
   });
 
   t.test('two creates of one name through different regions at once: exactly one wins', async (t) => {
