@@ -54,7 +54,8 @@ export async function deleteTopic(client: HttpClient, topicId: string, subscript
 
 /**
  * Publishes `messages` messages in requests of `bodies[i]` (each `batch` messages), from
- * `concurrency` concurrent publishers; rate = messages / wall time.
+ * `concurrency` concurrent publishers; rate = messages / wall time. With several clients
+ * (endpoints), request i goes through `client[i % client.length]`: the publish is split evenly.
  *
  * Ordered publishing: `body(i)` builds request i (one ordering key per request) and
  * `orderingKeyOf(i)` names its key; like the official clients, a key has at most one publish
@@ -63,7 +64,7 @@ export async function deleteTopic(client: HttpClient, topicId: string, subscript
  */
 export async function publishWorkload(options: {
   workload: string;
-  client: HttpClient;
+  client: HttpClient | HttpClient[];
   topicId: string;
   messages: number;
   batch: number;
@@ -74,7 +75,8 @@ export async function publishWorkload(options: {
   orderingKeyOf?: (index: number) => number;
   onPublished?: (index: number, messageIds: string[]) => void;
 }): Promise<ThroughputResult> {
-  const { client, batch, bodies } = options;
+  const { batch, bodies } = options;
+  const clients = Array.isArray(options.client) ? options.client : [options.client];
   const inFlightByKey = new Map<number, Promise<unknown>>();
   const requests = Math.ceil(options.messages / batch);
   if (options.messages % batch !== 0) throw new Error(`message count ${options.messages} is not a multiple of ${batch}`);
@@ -101,7 +103,7 @@ export async function publishWorkload(options: {
       try {
         const body = options.body ? options.body(index) : bodies[index % bodies.length];
         const started = performance.now();
-        const response = await client.request('POST', path, body);
+        const response = await clients[index % clients.length].request('POST', path, body);
         latency.since(started);
         if (response.status !== 200) {
           throw new Error(`publish -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);

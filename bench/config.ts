@@ -7,7 +7,7 @@
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, memory, bullmq, ordered,
- *                           streaming (default all)
+ *                           streaming, regions (default all)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -24,7 +24,7 @@
  *                           < 10% of the CPU (default 30; 0 = never wait)
  *   BENCH_RESULTS           where to write the JSON results (default bench/results/latest.json)
  */
-export const WORKLOAD_NAMES = ['publish', 'pull', 'eo', 'publish2', 'memory', 'bullmq', 'ordered', 'streaming'] as const;
+export const WORKLOAD_NAMES = ['publish', 'pull', 'eo', 'publish2', 'memory', 'bullmq', 'ordered', 'streaming', 'regions'] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
 export interface BenchConfig {

@@ -1,7 +1,7 @@
 /**
  * The processes a benchmark run owns: its own redis-server (temp dir, AOF everysec like the
  * broker's managed Redis, no RDB snapshots) and the broker as a separate child process, whose
- * RSS is sampled from /proc. Everything registered here is torn down by `cleanup()`, which
+ * RSS is sampled from /proc; for the regions workload, one redis-server and one broker per region. Everything registered here is torn down by `cleanup()`, which
  * run.ts calls on normal exit, on errors, and on SIGINT/SIGTERM.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -198,11 +198,23 @@ export function buildBrokerBundle(): string {
   return 'dist/server.mjs';
 }
 
+/** One region of a deployment with regions: its name and its Redis. */
+export interface RegionTarget {
+  name: string;
+  redisUrl: string;
+}
+
+/**
+ * Without `regions`, a single-region broker on `redisUrl`. With `regions`, the endpoint of
+ * `regions.local` (REGION) in a deployment of `regions.all` (REGIONS, every region's Redis);
+ * `redisUrl` must then be the local region's.
+ */
 export async function startBroker(options: {
   redisUrl: string;
   entry: string;
   nodeArgs: string[];
   keyPrefix: string;
+  regions?: { local: string; all: RegionTarget[] };
 }): Promise<BrokerProcess> {
   const port = await freePort();
   const env = {
@@ -212,6 +224,9 @@ export async function startBroker(options: {
     HOST,
     KEY_PREFIX: options.keyPrefix,
     LOG_LEVEL: 'warn',
+    ...(options.regions
+      ? { REGION: options.regions.local, REGIONS: options.regions.all.map((region) => `${region.name}=${region.redisUrl}`).join(',') }
+      : {}),
   };
   // A compiled entry (.js/.mjs) runs without the tsx loader, to compare with a production build.
   const loader = /\.[cm]?js$/.test(options.entry) ? [] : ['--import=tsx'];

@@ -17,8 +17,10 @@ export interface PhaseCpu {
   /** Start and end on the monotonic clock (µs), the clock of V8 .cpuprofile timestamps. */
   monoStartUs?: number;
   monoEndUs?: number;
-  /** INFO commandstats over the phase: calls and total microseconds, top commands by time. */
+  /** INFO commandstats over the phase: calls and total microseconds, top commands by time (summed over every Redis of the phase). */
   redisCommands: Record<string, { calls: number; usec: number; usecPerCall: number }>;
+  /** A phase on several brokers or Redis servers (regions): CPU seconds of each, by name. */
+  cpuByProcess?: Record<string, number>;
 }
 
 export interface Bar {
@@ -65,6 +67,8 @@ export const KEYS = {
   streamE2e: 'streaming end-to-end',
   streamLatency: 'streaming latency (paced)',
   bullE2e: 'BullMQ end-to-end',
+  publishRegions: 'publish (2 regions, split)',
+  pullRegions: 'pull+ack (2 regions, via one)',
 } as const;
 
 /** The latency kind of the streaming latency workload (publish request sent -> message received). */
@@ -84,6 +88,7 @@ const BARS = {
   streamE2e: 20_000,
   streamP99Ms: 50,
   streamRatio: 4,
+  regionsShare: 0.7,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -99,6 +104,8 @@ export function computeRatios(results: BenchResults): void {
     'ordered pull+ack / pull+ack': ratio(rate(results, KEYS.pullOrdered), rate(results, KEYS.pull)),
     'ordered exactly-once pull+ack / exactly-once pull+ack': ratio(rate(results, KEYS.pullOrderedEo), rate(results, KEYS.pullEo)),
     'streaming end-to-end / BullMQ end-to-end': ratio(rate(results, KEYS.streamE2e), rate(results, KEYS.bullE2e)),
+    'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
+    'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
   };
 }
 
@@ -172,6 +179,14 @@ export function computeBars(results: BenchResults): void {
     '>= 4x',
     [KEYS.streamE2e, KEYS.bullE2e],
   );
+  atLeast(
+    'pull+ack, 2 regions (all via one) vs single region',
+    results.ratios['pull+ack (2 regions) / pull+ack'],
+    BARS.regionsShare,
+    times,
+    '>= 0.70x',
+    [KEYS.pullRegions, KEYS.pull],
+  );
   below(
     'broker max RSS',
     results.broker.maxRssBytes || undefined,
@@ -211,6 +226,8 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pullOrdered]: fmtRatio(results.ratios['ordered pull+ack / pull+ack'], 'unordered'),
     [KEYS.pullOrderedEo]: fmtRatio(results.ratios['ordered exactly-once pull+ack / exactly-once pull+ack'], 'unordered'),
     [KEYS.streamE2e]: fmtRatio(results.ratios['streaming end-to-end / BullMQ end-to-end'], 'BullMQ'),
+    [KEYS.publishRegions]: fmtRatio(results.ratios['publish (2 regions) / publish (1 sub)'], 'single-region'),
+    [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
   };
   for (const [key, w] of Object.entries(results.workloads)) {
     const kinds = Object.entries(w.latency) as [string, LatencySummary][];
@@ -233,7 +250,7 @@ export function renderReport(results: BenchResults): string {
   }
   out.push('Throughput ([kind] = which request the latency is for; "!" = disturbed by other processes, see below)');
   out.push(table(['workload', 'msg/s', 'p50 ms', 'p99 ms', 'max ms', 'vs'], rows, [false, true, true, true, true, false]));
-  const notes = [KEYS.pullOrdered, KEYS.pullOrderedEo, KEYS.streamE2e, KEYS.streamLatency, KEYS.bullE2e]
+  const notes = [KEYS.pullOrdered, KEYS.pullOrderedEo, KEYS.streamE2e, KEYS.streamLatency, KEYS.bullE2e, KEYS.publishRegions, KEYS.pullRegions]
     .filter((key) => results.workloads[key]?.notes)
     .map((key) => `  ${key}: ${Object.entries(results.workloads[key].notes!).map(([k, v]) => `${k} ${typeof v === 'number' ? v.toLocaleString('en-US') : v}`).join(', ')}`);
   if (notes.length) out.push(...notes);
@@ -277,6 +294,9 @@ export function renderReport(results: BenchResults): string {
         [false, true, true, true, true, true, false],
       ),
     );
+    for (const [phase, c] of Object.entries(results.cpu)) {
+      if (c.cpuByProcess) out.push(`  ${phase}: ${Object.entries(c.cpuByProcess).map(([name, seconds]) => `${name} ${seconds.toFixed(2)}`).join(', ')}`);
+    }
     out.push(
       `  ("other" = busy CPU of other processes during the phase; "!" = over ${DISTURBED_SHARE * 100}% of all cores: that phase's figures are depressed)`,
     );

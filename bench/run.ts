@@ -15,6 +15,7 @@ import {
   pullAckWorkload,
   type ThroughputResult,
 } from './broker-workloads.ts';
+import { messageOrigin } from '../src/broker/delivery.ts';
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
@@ -44,6 +45,8 @@ import {
 } from './report.ts';
 
 const KEY_PREFIX = 'bench';
+/** The regions of the regions workload; pulls and acks all go through the first one's endpoint. */
+const REGION_NAMES = ['region-a', 'region-b'];
 const config = loadBenchConfig();
 const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 
@@ -118,12 +121,25 @@ function clientCpuSeconds(): number {
   return (usage.user + usage.system) / 1e6;
 }
 
-function parseCommandstats(info: string): PhaseCpu['redisCommands'] {
+/** INFO commandstats of one or more Redis servers, summed per command; the top 8 by time. */
+function parseCommandstats(infos: string[]): PhaseCpu['redisCommands'] {
   const stats: PhaseCpu['redisCommands'] = {};
-  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/gm)) {
-    stats[match[1]] = { calls: Number(match[2]), usec: Number(match[3]), usecPerCall: Number(match[4]) };
+  for (const info of infos) {
+    for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
+      const entry = (stats[match[1]] ??= { calls: 0, usec: 0, usecPerCall: 0 });
+      entry.calls += Number(match[2]);
+      entry.usec += Number(match[3]);
+    }
   }
+  for (const entry of Object.values(stats)) entry.usecPerCall = Math.round((entry.usec / Math.max(1, entry.calls)) * 100) / 100;
   return Object.fromEntries(Object.entries(stats).sort((a, b) => b[1].usec - a[1].usec).slice(0, 8));
+}
+
+/** The broker and Redis processes a phase runs on: the single-region pair, or one of each per region. */
+interface Deployment {
+  /** Broker pid by name ('' for the single-region broker). */
+  brokers: Record<string, number>;
+  redis: Record<string, RedisServer>;
 }
 
 /** The commit under test, "+dirty" when src/ or routes/ have uncommitted changes. */
@@ -177,6 +193,7 @@ async function main(): Promise<void> {
       publishBatch: config.publishBatch,
       pullMaxMessages: config.pullMax,
       dataBytes: config.dataBytes,
+      ...(config.only.has('regions') ? { regions: REGION_NAMES, regionsPullThrough: REGION_NAMES[0] } : {}),
       only: [...config.only],
       brokerNodeArgs: config.brokerNodeArgs,
     },
@@ -213,13 +230,20 @@ async function main(): Promise<void> {
     onCleanup(() => client.close());
     const bodies = publishBodies(64, config.publishBatch, config.dataBytes);
     const admin = redis.admin;
-    const brokerPid = broker.pid;
-    const redisPid = redis.pid;
+    const single: Deployment = { brokers: { '': broker.pid }, redis: { '': redis } };
+    /** Every broker and Redis this run started: their CPU is never "other". */
+    const ownPids = [broker.pid, redis.pid];
+    const ownCpu = () => ownPids.reduce((sum, pid) => sum + processCpuSeconds(pid), clientCpuSeconds());
 
-    const measure = async <T>(phase: string, fn: () => Promise<T>): Promise<T> => {
+    /** Runs one measured phase on `on` (the single-region broker and Redis unless told otherwise). */
+    const measure = async <T>(phase: string, fn: () => Promise<T>, on: Deployment = single): Promise<T> => {
       if (interrupted) throw new Error('interrupted');
+      const processes = [
+        ...Object.entries(on.brokers).map(([name, pid]) => ({ kind: 'broker' as const, name, pid })),
+        ...Object.entries(on.redis).map(([name, server]) => ({ kind: 'redis' as const, name, pid: server.pid })),
+      ];
+      const admins = Object.values(on.redis).map((server) => server.admin);
       if (config.quietWaitMs > 0) {
-        const ownCpu = () => processCpuSeconds(brokerPid) + processCpuSeconds(redisPid) + clientCpuSeconds();
         const waitStarted = Date.now();
         const share = await waitForQuiet(config.quietWaitMs, ownCpu);
         const waited = ((Date.now() - waitStarted) / 1000).toFixed(0);
@@ -228,32 +252,35 @@ async function main(): Promise<void> {
       }
       log(`${phase}...`);
       brokerRss!.phase(phase);
-      await admin.config('RESETSTAT');
+      await Promise.all(admins.map((redisAdmin) => redisAdmin.config('RESETSTAT')));
       const monoStartUs = Number(process.hrtime.bigint() / 1000n);
       const before = {
         wall: performance.now(),
-        broker: processCpuSeconds(brokerPid),
-        redis: processCpuSeconds(redisPid),
+        processes: processes.map(({ pid }) => processCpuSeconds(pid)),
+        own: ownCpu(),
         client: clientCpuSeconds(),
         machine: machineBusySeconds(),
       };
       const value = await fn();
       const monoEndUs = Number(process.hrtime.bigint() / 1000n);
-      const brokerCpuSeconds = processCpuSeconds(brokerPid) - before.broker;
-      const redisCpuSeconds = processCpuSeconds(redisPid) - before.redis;
+      const used = processes.map(({ pid }, i) => processCpuSeconds(pid) - before.processes[i]);
+      const sumOf = (kind: 'broker' | 'redis') => processes.reduce((sum, { kind: k }, i) => sum + (k === kind ? used[i] : 0), 0);
       const clientCpu = clientCpuSeconds() - before.client;
       const wallSeconds = (performance.now() - before.wall) / 1000;
-      const otherCpuSeconds = Math.max(0, machineBusySeconds() - before.machine - brokerCpuSeconds - redisCpuSeconds - clientCpu);
+      const otherCpuSeconds = Math.max(0, machineBusySeconds() - before.machine - (ownCpu() - before.own));
       results.cpu[phase] = {
         wallSeconds,
-        brokerCpuSeconds,
-        redisCpuSeconds,
+        brokerCpuSeconds: sumOf('broker'),
+        redisCpuSeconds: sumOf('redis'),
         clientCpuSeconds: clientCpu,
         otherCpuSeconds,
         disturbed: otherCpuSeconds > DISTURBED_SHARE * os.cpus().length * wallSeconds,
         monoStartUs,
         monoEndUs,
-        redisCommands: parseCommandstats(await admin.info('commandstats')),
+        redisCommands: parseCommandstats(await Promise.all(admins.map((redisAdmin) => redisAdmin.info('commandstats')))),
+        ...(processes.length > 2
+          ? { cpuByProcess: Object.fromEntries(processes.map(({ kind, name }, i) => [`${kind} ${name}`, Math.round(used[i] * 100) / 100])) }
+          : {}),
       };
       brokerRss!.phase('between phases');
       return value;
@@ -378,6 +405,112 @@ async function main(): Promise<void> {
         timeoutMs: config.timeoutMs,
       });
 
+    /**
+     * Regions: a fresh topic with one subscription, created through the first endpoint; `count`
+     * messages published through every endpoint in turn (each stores in its own region), then
+     * drained by `c` pullers that all pull and ack through the first endpoint, which pulls from
+     * every region. The notes count messages by the region in their ID. No `measured`: a warm-up.
+     */
+    const regionsPublishAndDrain = async (
+      endpoints: HttpClient[],
+      topicId: string,
+      count: number,
+      measured?: { publish: string; pull: string; on: Deployment },
+    ) => {
+      const [subscriberEndpoint] = endpoints;
+      await createTopic(subscriberEndpoint, topicId, [{ id: topicId }]);
+      const stored = new Map<string, number>();
+      const pulled = new Map<string, number>();
+      const tally = (counts: Map<string, number>, messageIds: string[]) => {
+        for (const id of messageIds) {
+          const { region } = messageOrigin(id);
+          counts.set(region, (counts.get(region) ?? 0) + 1);
+        }
+      };
+      const byRegion = (what: string, counts: Map<string, number>) =>
+        Object.fromEntries([...counts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([region, n]) => [`${what} ${region}`, n]));
+      const publish = () =>
+        publishWorkload({
+          workload: measured?.publish ?? 'warm-up (regions)',
+          client: endpoints,
+          topicId,
+          messages: count,
+          batch: config.publishBatch,
+          concurrency: c,
+          bodies,
+          timeoutMs: config.timeoutMs,
+          onPublished: (_, ids) => tally(stored, ids),
+        });
+      const pull = () =>
+        pullAckWorkload({
+          workload: measured?.pull ?? 'warm-up (regions)',
+          client: subscriberEndpoint,
+          subscriptionId: topicId,
+          messages: count,
+          maxMessages: config.pullMax,
+          concurrency: c,
+          timeoutMs: config.timeoutMs,
+          onBatch: (batch) => tally(pulled, batch.map(({ message }) => message.messageId)),
+        });
+      if (measured) {
+        const published = await measure(measured.publish, publish, measured.on);
+        published.notes = byRegion('stored in', stored);
+        record(measured.publish, published);
+        const drained = await measure(measured.pull, pull, measured.on);
+        drained.notes = { ...drained.notes, ...byRegion('pulled from', pulled) };
+        record(measured.pull, drained);
+      } else {
+        await publish();
+        await pull();
+      }
+      await deleteTopic(subscriberEndpoint, topicId, [topicId]);
+    };
+
+    /**
+     * Starts one redis-server and one broker per region (REGION/REGIONS), warms them up like the
+     * single-region broker, measures regionsPublishAndDrain, and stops the brokers (gracefully,
+     * so --cpu-prof writes their profiles); the Redis servers go at the end of the run.
+     */
+    const regionsWorkload = async () => {
+      const servers: RedisServer[] = [];
+      for (const name of REGION_NAMES) {
+        const server = await startRedis(config.redisServer);
+        log(`region ${name}: redis-server on port ${server.port} (pid ${server.pid})`);
+        servers.push(server);
+        ownPids.push(server.pid);
+      }
+      const all = REGION_NAMES.map((name, i) => ({ name, redisUrl: servers[i].url }));
+      const brokers: BrokerProcess[] = [];
+      try {
+        for (const [i, name] of REGION_NAMES.entries()) {
+          const regionBroker = await startBroker({
+            redisUrl: servers[i].url,
+            entry,
+            nodeArgs: config.brokerNodeArgs,
+            keyPrefix: KEY_PREFIX,
+            regions: { local: name, all },
+          });
+          log(`region ${name}: broker on port ${regionBroker.port} (pid ${regionBroker.pid})`);
+          brokers.push(regionBroker);
+          ownPids.push(regionBroker.pid);
+        }
+        const endpoints = brokers.map((regionBroker) => new HttpClient(regionBroker.baseUrl, c + 2));
+        onCleanup(() => endpoints.forEach((endpoint) => endpoint.close()));
+        if (config.warmupMessages > 0) {
+          const warm = roundToBatch(config.warmupMessages);
+          log(`warm-up regions (${warm} messages)...`);
+          await regionsPublishAndDrain(endpoints, 'warmup-regions', warm);
+        }
+        const on: Deployment = {
+          brokers: Object.fromEntries(REGION_NAMES.map((name, i) => [name, brokers[i].pid])),
+          redis: Object.fromEntries(REGION_NAMES.map((name, i) => [name, servers[i]])),
+        };
+        await regionsPublishAndDrain(endpoints, 'bench-regions', messages, { publish: KEYS.publishRegions, pull: KEYS.pullRegions, on });
+      } finally {
+        await Promise.all(brokers.map((regionBroker) => regionBroker.stop().catch(() => {})));
+      }
+    };
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -402,6 +535,8 @@ async function main(): Promise<void> {
     }
 
     if (runs('publish') || runs('pull')) await publishAndDrain('bench-1sub', 'bench-1sub', false, KEYS.publish, runs('pull') ? KEYS.pull : undefined);
+    // Right after the single-region pull+ack, which its bar compares with.
+    if (runs('regions')) await regionsWorkload();
     if (runs('eo')) await publishAndDrain('bench-eo', 'bench-eo', true, KEYS.publishEo, KEYS.pullEo);
     if (runs('ordered')) {
       await orderedPublishAndDrain('bench-ordered', false, messages, { publish: KEYS.publishOrdered, pull: KEYS.pullOrdered });
