@@ -37,6 +37,12 @@ export interface Tombstone {
 
 type State = TopicRecord | SubscriptionRecord | Tombstone;
 
+interface PutResult {
+  applied: boolean;
+  /** The state the put found in that region (replaced, if it applied). */
+  current: string;
+}
+
 /** Periodic sync: heals regions that missed a write without losing their connection. */
 export const SYNC_INTERVAL_MS = 30_000;
 /** How many held entries one drop-subscription call releases (bounds the script's run time). */
@@ -155,23 +161,33 @@ export class ControlPlane {
   }
 
   /**
-   * Writes a state the caller decided on from `expected`, the state it read at `arbiter`.
-   * False when the state there changed meanwhile (the caller reads again and decides again).
-   * Regions that cannot take the copy now get it from their next sync.
+   * Writes a state the caller decided on from `expected`, the state it read at `arbiter`, and
+   * copies it to every other connected region (those that cannot take it now get it from their
+   * next sync). The outcome:
+   *   'written'   done;
+   *   'changed'   the state at the arbiter changed meanwhile: read again and decide again;
+   *   'conflict'  written, but a region holds a different state of the same version: a write
+   *               decided at another arbiter at the same time (two nodes disagreed on the first
+   *               usable region, e.g. while it was coming back). Copies settle on one of the two
+   *               (the greater JSON); the caller reports a create as ALREADY_EXISTS and decides
+   *               an update or delete again.
    */
-  async write(kind: Kind, arbiter: Region, expected: string, state: State): Promise<boolean> {
-    if (!(await this.put(kind, arbiter, state, 'cas', expected))) return false;
+  async write(kind: Kind, arbiter: Region, expected: string, state: State): Promise<'written' | 'changed' | 'conflict'> {
+    if (!(await this.put(kind, arbiter, state, 'cas', expected)).applied) return 'changed';
+    const json = JSON.stringify(state);
     const others = this.regions.all.filter((region) => region !== arbiter && region.connected);
-    await Promise.all(
+    const copies = await Promise.all(
       others.map((region) =>
         this.put(kind, region, state, 'newer').catch((error: Error) => {
           this.log(`copy of ${state.name} to region ${region.name} failed (${error.message}); it syncs later`);
           this.markStale(region);
           void this.requestSync();
+          return { applied: false, current: json };
         }),
       ),
     );
-    return true;
+    const concurrent = copies.some(({ applied, current }) => !applied && current !== json && versionOf(current) === state.version);
+    return concurrent ? 'conflict' : 'written';
   }
 
   /** Drops subscription data (a deleted subscription's, or an interrupted attach's) in one region. */
@@ -195,15 +211,16 @@ export class ControlPlane {
 
   /**
    * Puts one state into one region with its data-plane effects. 'cas' applies only if the state
-   * there is `expected`; 'newer' only if it is newer than the state there. True if applied.
+   * there is `expected`; 'newer' only if it is newer than the state there. Returns whether it
+   * applied, and the state it found there.
    */
-  private async put(kind: Kind, region: Region, state: State, mode: 'cas' | 'newer', expected = ''): Promise<boolean> {
+  private async put(kind: Kind, region: Region, state: State, mode: 'cas' | 'newer', expected = ''): Promise<PutResult> {
     return kind === 'topic'
       ? this.putTopic(region, state as TopicRecord | Tombstone, mode, expected)
       : this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
   }
 
-  private async putTopic(region: Region, state: TopicRecord | Tombstone, mode: 'cas' | 'newer', expected: string): Promise<boolean> {
+  private async putTopic(region: Region, state: TopicRecord | Tombstone, mode: 'cas' | 'newer', expected: string): Promise<PutResult> {
     const { keys, scripts } = region.ctx;
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
@@ -213,14 +230,14 @@ export class ControlPlane {
       [keys.topics, keys.topicIndex, keys.topicTombstones, keys.topicSubscriptions(state.uid)],
       [mode, expected, state.name, JSON.stringify(state), state.version, deleted ? '1' : '0'],
     )) as [number, string];
-    if (applied !== 1) return false;
+    if (applied !== 1) return { applied: false, current: previousJson };
     const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
     // This region still had an older incarnation of the name (it missed a delete and a create).
     if (previous && !isTombstone(previous) && previous.uid !== state.uid) {
       await scripts.run('delete-topic-data', [keys.topicData(previous.uid).state], []);
       await region.ctx.redis.del(keys.topicSubscriptions(previous.uid));
     }
-    return true;
+    return { applied: true, current: previousJson };
   }
 
   private async putSubscription(
@@ -228,7 +245,7 @@ export class ControlPlane {
     state: SubscriptionRecord | Tombstone,
     mode: 'cas' | 'newer',
     expected: string,
-  ): Promise<boolean> {
+  ): Promise<PutResult> {
     const { keys, scripts, clock } = region.ctx;
     const deleted = isTombstone(state);
     const topicUid = deleted ? (state.topicUid ?? '') : state.topicUid;
@@ -251,7 +268,7 @@ export class ControlPlane {
         await this.dropData(region, topicUid, state.uid);
         await this.finishCleanup(region, dataRef(state as SubscriptionRecord));
       }
-      return false;
+      return { applied: false, current: previousJson };
     }
     if (!deleted && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
@@ -262,7 +279,7 @@ export class ControlPlane {
       await this.announce(region, previous.topicUid);
     }
     if (!deleted) await this.announce(region, topicUid);
-    return true;
+    return { applied: true, current: previousJson };
   }
 
   /**

@@ -133,7 +133,9 @@ export class SubscriptionService {
         version: versionOf(current) + 1,
         ...settings,
       };
-      if (await this.controlPlane.write('subscription', arbiter, current, record)) return renderSubscription(record, topic);
+      const outcome = await this.controlPlane.write('subscription', arbiter, current, record);
+      if (outcome === 'written') return renderSubscription(record, topic);
+      if (outcome === 'conflict') throw alreadyExists(name.id);
     }
   }
 
@@ -182,7 +184,7 @@ export class SubscriptionService {
         if (body.labels && Object.keys(body.labels).length > 0) updated.labels = body.labels;
         else delete updated.labels;
       }
-      if (await this.controlPlane.write('subscription', arbiter, json, updated)) {
+      if ((await this.controlPlane.write('subscription', arbiter, json, updated)) === 'written') {
         return renderSubscription(updated, await this.liveTopic(updated.topic));
       }
     }
@@ -196,8 +198,8 @@ export class SubscriptionService {
     }
   }
 
-  /** Deletes the subscription as read at the arbiter; false if it changed there meanwhile. */
-  private deleteRecord(arbiter: Region, json: string, record: SubscriptionRecord): Promise<boolean> {
+  /** Deletes the subscription as read at the arbiter; false if it must be decided again. */
+  private async deleteRecord(arbiter: Region, json: string, record: SubscriptionRecord): Promise<boolean> {
     const tombstone: Tombstone = {
       name: record.name,
       version: versionOf(json) + 1,
@@ -205,7 +207,7 @@ export class SubscriptionService {
       uid: record.uid,
       topicUid: record.topicUid,
     };
-    return this.controlPlane.write('subscription', arbiter, json, tombstone);
+    return (await this.controlPlane.write('subscription', arbiter, json, tombstone)) === 'written';
   }
 
   /** Records that a stream is using the subscription (its expiration counts from the last use). */

@@ -61,7 +61,9 @@ export class TopicService {
       const current = await this.controlPlane.readState(arbiter, 'topic', name.full);
       if (current && !isTombstone(JSON.parse(current))) throw alreadyExists(name.id);
       const record: TopicRecord = { name: name.full, uid: newUid(), version: versionOf(current) + 1, ...settings };
-      if (await this.controlPlane.write('topic', arbiter, current, record)) return renderTopic(record);
+      const outcome = await this.controlPlane.write('topic', arbiter, current, record);
+      if (outcome === 'written') return renderTopic(record);
+      if (outcome === 'conflict') throw alreadyExists(name.id);
     }
   }
 
@@ -96,7 +98,7 @@ export class TopicService {
         if (settings[path] === undefined) delete updated[path];
         else Object.assign(updated, { [path]: settings[path] });
       }
-      if (await this.controlPlane.write('topic', arbiter, json, updated)) return renderTopic(updated);
+      if ((await this.controlPlane.write('topic', arbiter, json, updated)) === 'written') return renderTopic(updated);
     }
   }
 
@@ -105,7 +107,7 @@ export class TopicService {
     for (;;) {
       const { arbiter, json, record } = await this.controlPlane.readAtArbiter<TopicRecord>('topic', name);
       const tombstone: Tombstone = { name: name.full, version: versionOf(json) + 1, deleted: true, uid: record.uid };
-      if (await this.controlPlane.write('topic', arbiter, json, tombstone)) return;
+      if ((await this.controlPlane.write('topic', arbiter, json, tombstone)) === 'written') return;
     }
   }
 

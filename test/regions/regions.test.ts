@@ -76,6 +76,28 @@ t.test('regions', async (t) => {
     }
   });
 
+  t.test('two nodes that disagree on the arbiter (one has not synced it yet): still one create wins', async (t) => {
+    // Broker b does not count region a as usable yet, as while a's Redis is coming back, so it
+    // decides at b while broker a decides at a.
+    const aSeenFromB = d.brokers.get('b')!.app.broker.regions.byName('a')!;
+    aSeenFromB.synced = false;
+    t.teardown(() => void d.brokers.get('b')!.app.broker.controlPlane.requestSync());
+    for (let round = 0; round < 10; round++) {
+      const id = `split-${round}`;
+      const [viaA, viaB] = await Promise.all(
+        ['a', 'b'].map((region) => d.api(region, 'PUT', subPath(id), { topic: 'projects/p/topics/race-0', labels: { via: region } })),
+      );
+      const winners = [viaA, viaB].filter((response) => response.status === 200);
+      t.equal(winners.length, 1, `round ${round}: one 200 (${viaA.status}, ${viaB.status})`);
+      t.equal([viaA, viaB].find((response) => response.status !== 200)?.body.error.status, 'ALREADY_EXISTS');
+      await d.brokers.get('c')!.app.broker.controlPlane.requestSync();
+      for (const region of ['a', 'b', 'c']) {
+        const { body } = await d.api(region, 'GET', subPath(id));
+        t.same(body.labels, winners[0]?.body.labels, `round ${round}: region ${region} holds the winner's subscription`);
+      }
+    }
+  });
+
   t.test('publish through every region, pull through one: all arrive, the local region first; acks anywhere', async (t) => {
     await d.api('a', 'PUT', topicPath('spread'), {});
     await d.api('a', 'PUT', subPath('spread-eo'), { topic: 'projects/p/topics/spread', enableExactlyOnceDelivery: true });
