@@ -130,7 +130,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   acceptJsonBodies(app);
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, ctx.redis);
-    if (apiError.httpStatus >= 500) request.log.error({ err: error }, 'request failed');
+    // An outage answers every request with UNAVAILABLE: one line each, not a stack trace each.
+    if (apiError.status === 'UNAVAILABLE') request.log.warn(`request failed: ${apiError.message}`);
+    else if (apiError.httpStatus >= 500) request.log.error({ err: error }, 'request failed');
     return reply.code(apiError.httpStatus).send(apiError.toEnvelope());
   });
   app.setNotFoundHandler((request, reply) => {

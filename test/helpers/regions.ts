@@ -4,78 +4,16 @@
 //
 //   const deployment = await startRegions(t, ['a', 'b', 'c']);
 //   await deployment.api('a', 'PUT', '/v1/projects/p/topics/t1', {});
-//   await deployment.redis.get('c')!.kill();   // ... and later .restart(), then waitReady('c')
+//   await deployment.redis.get('c')!.kill();   // ... and later .start(), then waitReady('c')
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { buildApp } from '../../src/app.ts';
-import { freePort, tempDir } from './processes.ts';
+import { startRedisProcess, type RedisProcess } from './redis-process.ts';
 import { uniquePrefix } from './redis.ts';
 
 interface Teardown {
   teardown(fn: () => unknown): void;
-}
-
-/** A redis-server process with its own data dir; fsync on every write, so a SIGKILL loses nothing answered. */
-export class RedisServer {
-  private child?: ChildProcess;
-
-  private constructor(
-    readonly port: number,
-    private readonly dir: string,
-  ) {}
-
-  static async start(t: Teardown, name: string): Promise<RedisServer> {
-    const server = new RedisServer(await freePort(), tempDir(t, `redis-${name}`));
-    t.teardown(() => server.kill());
-    await server.restart();
-    return server;
-  }
-
-  get url(): string {
-    return `redis://127.0.0.1:${this.port}`;
-  }
-
-  /** Starts the server (again, on the same port and data). Resolves once it answers PING. */
-  async restart(): Promise<void> {
-    this.child = spawn(
-      'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', ''],
-      { stdio: 'ignore' },
-    );
-    for (let attempt = 0; ; attempt++) {
-      const probe = new Redis(this.port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      probe.on('error', () => {});
-      try {
-        await probe.connect();
-        if ((await probe.ping()) === 'PONG') return;
-      } catch {
-        if (attempt > 100) throw new Error(`redis-server on ${this.port} did not start`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      } finally {
-        probe.disconnect();
-      }
-    }
-  }
-
-  /** Freezes the server (SIGSTOP): connections stay open but nothing answers, like a hung host. */
-  pause(): void {
-    this.child?.kill('SIGSTOP');
-  }
-
-  resume(): void {
-    this.child?.kill('SIGCONT');
-  }
-
-  async kill(): Promise<void> {
-    const child = this.child;
-    if (!child || child.exitCode !== null || (child.signalCode !== null && child.signalCode !== 'SIGSTOP')) return;
-    const exited = once(child, 'exit');
-    child.kill('SIGKILL');
-    await exited;
-  }
 }
 
 /** The connection settings of src/server.ts: fail fast while a region is away, reconnect quickly. */
@@ -96,7 +34,7 @@ export interface RegionBroker {
 }
 
 export interface Deployment {
-  redis: Map<string, RedisServer>;
+  redis: Map<string, RedisProcess>;
   brokers: Map<string, RegionBroker>;
   prefix: string;
   /** A JSON request through one region's endpoint. */
@@ -107,8 +45,8 @@ export interface Deployment {
 
 export async function startRegions(t: Teardown, names: string[], options: { pullWaitMs?: number } = {}): Promise<Deployment> {
   const prefix = uniquePrefix('regions');
-  const redis = new Map<string, RedisServer>();
-  for (const name of names) redis.set(name, await RedisServer.start(t, name));
+  const redis = new Map<string, RedisProcess>();
+  for (const name of names) redis.set(name, await startRedisProcess(t, `redis-${name}`));
   const brokers = new Map<string, RegionBroker>();
   for (const local of names) {
     const connections: Redis[] = [];

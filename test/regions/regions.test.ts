@@ -227,7 +227,7 @@ t.test('regions', async (t) => {
     t.equal((await d.api('b', 'PATCH', topicPath('outage'), { topic: { labels: { during: 'outage' } }, updateMask: 'labels' })).status, 200);
     t.equal((await d.api('a', 'DELETE', subPath('spread-eo'))).status, 200);
 
-    await d.redis.get('c')!.restart();
+    await d.redis.get('c')!.start();
     await d.waitReady('c');
     t.same((await d.api('c', 'GET', topicPath('outage'))).body.labels, { during: 'outage' }, 'the update reached c');
     t.equal((await d.api('c', 'GET', subPath('outage-new'))).status, 200, 'the new subscription reached c');
