@@ -24,8 +24,9 @@ const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
 const MAX_ORDERING_KEY_BYTES = 1024;
 /**
  * A remote region that answers slower than this is skipped by a pull: a sick region must not
- * stall pulls through the healthy ones. Whatever its script leased meanwhile is delivered
- * again when the lease runs out (nobody saw it, so exactly-once still holds).
+ * stall pulls through the healthy ones. Whatever its script leased meanwhile is nacked when the
+ * answer comes (nobody saw it, so exactly-once still holds), or else delivered again when the
+ * lease runs out.
  */
 const REMOTE_PULL_TIMEOUT_MS = 2_000;
 
@@ -193,17 +194,28 @@ export class DeliveryService {
     let bytesLeft = maxBytes;
     for (const region of this.pullOrder()) {
       if (received.length >= max || bytesLeft <= 0) break;
+      const pulling = this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
       try {
-        const pulling = this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
         const part = region === this.regions.local ? await pulling : await withTimeout(pulling, REMOTE_PULL_TIMEOUT_MS);
         received.push(...part.received);
         bytesLeft -= part.bytes;
         if (part.nextDueUs !== undefined) nextDueUs = Math.min(nextDueUs ?? Infinity, part.nextDueUs);
       } catch (error) {
         if (region === this.regions.local || error instanceof ApiError) throw error;
+        this.releaseLate(record, pulling);
       }
     }
     return { received, nextDueUs };
+  }
+
+  /**
+   * A remote pull given up on may still lease messages when its answer comes: nobody got them,
+   * so they are nacked at once instead of waiting for their leases to run out.
+   */
+  private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: ReceivedMessage[] }>): void {
+    pulling
+      .then(({ received }) => (received.length > 0 ? this.modifyDeliveries(record, received.map((m) => m.ackId), 0) : undefined))
+      .catch(() => {}); // Unanswered or failed: the leases run out by themselves.
   }
 
   /**
