@@ -27,7 +27,7 @@ const clusterNodes = z
   });
 
 /** Region names as Pub/Sub spells them (us-east1, europe-west4); they also appear in ack IDs. */
-export const REGION_NAME = /^[a-z][a-z0-9-]{0,62}$/;
+const REGION_NAME = /^[a-z][a-z0-9-]{0,62}$/;
 
 export interface RegionRedis {
   name: string;

@@ -44,7 +44,7 @@ interface PutResult {
 }
 
 /** Periodic sync: heals regions that missed a write without losing their connection. */
-export const SYNC_INTERVAL_MS = 30_000;
+const SYNC_INTERVAL_MS = 30_000;
 /** How many held entries one drop-subscription call releases (bounds the script's run time). */
 const DROP_BATCH = 1000;
 
@@ -53,7 +53,7 @@ export const versionOf = (json: string): number => (json === '' ? 0 : ((JSON.par
 export const newUid = () => randomBytes(8).toString('hex');
 
 /** The same order as may_put in prelude.lua: higher version, then the greater JSON. */
-export function supersedes(candidate: string, current: string): boolean {
+function supersedes(candidate: string, current: string): boolean {
   if (candidate === current || candidate === '') return false;
   if (current === '') return true;
   const [a, b] = [versionOf(candidate), versionOf(current)];
@@ -61,7 +61,7 @@ export function supersedes(candidate: string, current: string): boolean {
   return Buffer.compare(Buffer.from(candidate), Buffer.from(current)) > 0;
 }
 
-export const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
+const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
   `${record.topicUid}/${record.uid}/${record.name}`;
 
 /** The delivery settings a subscription's scripts read, as config hash field/value pairs. */

@@ -44,11 +44,14 @@ export class Regions {
   readonly all: readonly Region[];
   readonly multiRegion: boolean;
   private readonly byNames: Map<string, Region>;
+  /** The local region, then the others in name order. */
+  private readonly localFirstOrder: readonly Region[];
 
   constructor(readonly local: Region, others: Region[] = []) {
     this.all = [local, ...others].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     this.multiRegion = others.length > 0;
     this.byNames = new Map(this.all.map((region) => [region.name, region]));
+    this.localFirstOrder = [local, ...this.all.filter((region) => region !== local)];
   }
 
   byName(name: string): Region | undefined {
@@ -63,7 +66,7 @@ export class Regions {
 
   /** Usable regions, the local one first, then in name order: where pulls look for messages. */
   localFirst(): Region[] {
-    return [this.local, ...this.all.filter((region) => region !== this.local)].filter((region) => region.usable);
+    return this.localFirstOrder.filter((region) => region.usable);
   }
 
   /**

@@ -119,12 +119,13 @@ export class SubscriptionService {
       ...(body.enableMessageOrdering ? { enableMessageOrdering: true } : {}),
       ...(exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
     };
-    if ((await this.readLocal(name)) !== null) throw alreadyExists(name.id);
-    const topic = await this.topics.read(topicName);
+    this.regions.requireLocal();
+    let topic: TopicRecord | undefined;
     for (;;) {
       const arbiter = this.regions.arbiter();
       const current = await this.controlPlane.readState(arbiter, 'subscription', name.full);
       if (current && !isTombstone(JSON.parse(current))) throw alreadyExists(name.id);
+      topic ??= await this.topics.read(topicName);
       const record: SubscriptionRecord = {
         name: name.full,
         topic: topicName.full,
@@ -140,7 +141,8 @@ export class SubscriptionService {
   }
 
   async read(name: ResourceName): Promise<SubscriptionRecord> {
-    const json = await this.readLocal(name);
+    const { ctx } = this.regions.requireLocal();
+    const json = await ctx.redis.hget(ctx.keys.subscriptions, name.full);
     if (json === null) throw notFound(name.id);
     return JSON.parse(json) as SubscriptionRecord;
   }
@@ -286,11 +288,6 @@ export class SubscriptionService {
       }
     }
     return dropped;
-  }
-
-  private async readLocal(name: ResourceName): Promise<string | null> {
-    const { ctx } = this.regions.requireLocal();
-    return ctx.redis.hget(ctx.keys.subscriptions, name.full);
   }
 
 

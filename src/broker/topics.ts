@@ -54,7 +54,7 @@ export class TopicService {
     const body = parseBody(topicBodySchema, rawBody === undefined ? {} : rawBody, 'topic');
     checkBodyName(body.name, name);
     refuseUnsupported(body);
-    const settings = this.checkSettings(body);
+    const settings = this.checkSettingsAndRegions(body);
     this.regions.requireLocal();
     for (;;) {
       const arbiter = this.regions.arbiter();
@@ -89,7 +89,7 @@ export class TopicService {
         throw invalidArgument(`Invalid update_mask provided in the UpdateTopicRequest: unknown field name "${path}".`);
       }
     }
-    const settings = this.checkSettings(request.topic);
+    const settings = this.checkSettingsAndRegions(request.topic);
     this.regions.requireLocal();
     for (;;) {
       const { arbiter, json, record } = await this.controlPlane.readAtArbiter<TopicRecord>('topic', name);
@@ -135,7 +135,8 @@ export class TopicService {
   }
 
 
-  private checkSettings(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {
+  /** checkSettings, and the storage policy names only configured regions. */
+  private checkSettingsAndRegions(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {
     const settings = checkSettings(body);
     const regions = settings.messageStoragePolicy?.allowedPersistenceRegions ?? [];
     const unknown = this.regions.multiRegion ? regions.filter((region) => !this.regions.byName(region)) : [];
