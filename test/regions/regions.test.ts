@@ -177,6 +177,13 @@ t.test('regions', async (t) => {
     t.match(refusedPublish.body.error.message, /region b is not one of them/);
     const pullThroughB = await d.api('b', 'POST', `${subPath('in-transit-sub')}:pull`, { maxMessages: 1, returnImmediately: true });
     t.equal(pullThroughB.body.error?.status, 'FAILED_PRECONDITION', 'pull through b refused');
+    // Streaming pull through b too (b's app listens since the streaming test above).
+    const { port } = d.brokers.get('b')!.app.server.address() as { port: number };
+    const stream = await StreamClient.connect(`ws://127.0.0.1:${port}${subPath('in-transit-sub')}:streamingPull`);
+    stream.send({ streamAckDeadlineSeconds: 60 });
+    const closed = await stream.closed;
+    t.equal(closed.code, 4009, 'a stream through b is closed with FAILED_PRECONDITION');
+    t.match(closed.reason, /FAILED_PRECONDITION/);
     t.match((await publish(d, 'c', 'in-transit', ['yes'])).body.messageIds, [/^c-\d+$/]);
     const [message] = await pullAll(d, 'a', 'in-transit-sub');
     const ackThroughB = await d.api('b', 'POST', `${subPath('in-transit-sub')}:acknowledge`, { ackIds: [message.ackId] });
