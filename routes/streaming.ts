@@ -26,9 +26,9 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
     },
     wsHandler: (socket: WebSocket, request) => {
       const transport = {
-        send: (frame: object) => {
+        send: (json: string | Buffer) => {
           if (socket.readyState !== socket.OPEN) return false;
-          socket.send(JSON.stringify(frame));
+          socket.send(json, { binary: false });
           return true;
         },
         close: (code: number, reason: string) => socket.close(code, reason),

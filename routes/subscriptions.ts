@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
+import { receivedMessagesJson } from '../src/broker/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import {
   acknowledgeBodySchema,
@@ -35,13 +36,15 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     broker.subscriptions.list(checkProject(request.params.project), request.query),
   );
 
-  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::pull`, (request, reply) => {
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::pull`, async (request, reply) => {
     const name = subscriptionName(request.params);
     const body = parseBody(pullBodySchema, request.body, 'pull request');
     // A long poll stops waiting when the client goes away.
     const clientGone = new AbortController();
     reply.raw.on('close', () => clientGone.abort());
-    return broker.delivery.pull(name, body.maxMessages, body.returnImmediately === true, clientGone.signal);
+    const received = await broker.delivery.pull(name, body.maxMessages, body.returnImmediately === true, clientGone.signal);
+    // An empty pull answers {}, as Pub/Sub does.
+    return reply.type('application/json; charset=utf-8').send(receivedMessagesJson(received));
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::acknowledge`, async (request) => {
     const name = subscriptionName(request.params);

@@ -109,7 +109,8 @@ export class DeliveryService {
     }
   }
 
-  async pull(name: ResourceName, maxMessages: number, returnImmediately: boolean, cancelled: AbortSignal) {
+  /** Leases messages for a unary pull; long-polls unless returnImmediately. */
+  async pull(name: ResourceName, maxMessages: number, returnImmediately: boolean, cancelled: AbortSignal): Promise<ReceivedMessage[]> {
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
     const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
@@ -121,7 +122,7 @@ export class DeliveryService {
         const { received, nextDueUs } = await this.pullOnce(record, max);
         const remainingMs = giveUpAt - Date.now();
         if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
-          return received.length > 0 ? { receivedMessages: received } : {};
+          return received;
         }
         // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
         const sleepMs = nextDueUs === undefined ? remainingMs : Math.min(remainingMs, Math.ceil(nextDueUs / 1000) + 1);
@@ -135,7 +136,7 @@ export class DeliveryService {
           waiter.woken.then(stop);
           cancelled.addEventListener('abort', stop, { once: true });
         });
-        if (cancelled.aborted) return {};
+        if (cancelled.aborted) return [];
       } finally {
         waiter?.cancel();
       }

@@ -3,6 +3,7 @@ import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
 import { messageOrigin, type DeliveryService, type ReceivedMessage, type SettleOutcome } from './delivery.ts';
 import type { ResourceName } from './names.ts';
+import { receivedMessagesJson } from './received-json.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
 
@@ -14,8 +15,8 @@ import { CONFIG_CHANGED } from './wakeups.ts';
  * may come on the stream; on exactly-once subscriptions each is confirmed per ack ID.
  */
 export interface StreamTransport {
-  /** Sends a frame; false when the transport is no longer open (the frame is lost). */
-  send(frame: object): boolean;
+  /** Sends one frame's JSON text; false when the transport is no longer open (the frame is lost). */
+  send(json: string | Buffer): boolean;
   /** Ends the stream with a close code and a reason in the Pub/Sub error shape. */
   close(code: number, reason: string): void;
 }
@@ -304,10 +305,9 @@ export class StreamingSession {
    */
   private deliver(received: { fits: ReceivedMessage[]; over: ReceivedMessage[] }): ReceivedMessage[] {
     if (this.closed || received.fits.length === 0) return [...received.fits, ...received.over];
-    const frame: Record<string, unknown> = { receivedMessages: received.fits };
     const properties = this.properties();
-    if (!sameProperties(properties, this.sentProperties)) frame.subscriptionProperties = properties;
-    if (!this.send(frame)) return [...received.fits, ...received.over];
+    const rest = sameProperties(properties, this.sentProperties) ? undefined : { subscriptionProperties: properties };
+    if (!this.send(receivedMessagesJson(received.fits, rest))) return [...received.fits, ...received.over];
     this.sentProperties = properties;
     const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
     for (const message of received.fits) {
@@ -387,10 +387,10 @@ export class StreamingSession {
     this.send({ subscriptionProperties: this.sentProperties });
   }
 
-  private send(frame: object): boolean {
+  private send(frame: object | Buffer): boolean {
     if (this.closed) return false;
     this.lastSentAt = Date.now();
-    return this.transport.send(frame);
+    return this.transport.send(Buffer.isBuffer(frame) ? frame : JSON.stringify(frame));
   }
 }
 
