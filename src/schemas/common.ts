@@ -18,7 +18,7 @@ export function camelCaseFields(value: unknown, spelled = new Map<string, string
   if (value === null || typeof value !== 'object') return value;
   const out: Record<string, unknown> = {};
   for (const [key, child] of Object.entries(value)) {
-    const name = key.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
+    const name = key.includes('_') ? key.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase()) : key;
     if (name !== key) spelled.set(name, key);
     out[name] = MAP_FIELDS.has(name) ? child : camelCaseFields(child, spelled);
   }
