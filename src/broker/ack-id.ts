@@ -21,7 +21,8 @@ export interface Delivery {
   generation: number;
 }
 
-const ACK_ID = /^(?:([a-z][a-z0-9-]{0,62})\.)?([0-9a-f]{16})-([0-9a-z]{1,13})-([0-9a-z]{1,10})-([A-Za-z0-9_-]{22})$/;
+/** Base36 numbers as encode writes them: no leading zeros. */
+const ACK_ID = /^(?:([a-z][a-z0-9-]{0,62})\.)?([0-9a-f]{16})-(0|[1-9a-z][0-9a-z]{0,12})-(0|[1-9a-z][0-9a-z]{0,9})-[A-Za-z0-9_-]{22}$/;
 /** 22 base64url characters: 132 bits of the digest. */
 const TAG_LENGTH = 22;
 
@@ -40,18 +41,20 @@ export class AckIdCodec {
 
   /**
    * Returns the delivery, or undefined for anything malformed or not sealed by us. Only the
-   * exact spelling we issued is accepted (no leading zeros, no other base64url padding bits).
+   * exact spelling we issued is accepted: the tag covers the ack ID's text, and the pattern
+   * admits one spelling per number.
    */
   decode(ackId: string): Delivery | undefined {
     const match = ACK_ID.exec(ackId);
     if (!match) return undefined;
-    const delivery = {
+    const bodyLength = ackId.length - TAG_LENGTH - 1;
+    if (!sameInConstantTime(this.tag(ackId.slice(0, bodyLength)), ackId.slice(bodyLength + 1))) return undefined;
+    return {
       region: match[1] ?? '',
       subscriptionUid: match[2],
       seq: String(parseInt(match[3], 36)),
       generation: parseInt(match[4], 36),
     };
-    return sameInConstantTime(this.encode(delivery), ackId) ? delivery : undefined;
   }
 
   private tag(body: string): string {
