@@ -33,7 +33,8 @@ const REMOTE_PULL_TIMEOUT_MS = 2_000;
 export interface ReceivedMessage {
   ackId: string;
   message: {
-    data?: string;
+    /** Raw bytes; base64 on the wire (see received-json.ts). */
+    data?: Buffer;
     attributes?: Record<string, string>;
     messageId: string;
     publishTime: string;
@@ -316,7 +317,7 @@ export class DeliveryService {
         messageId: messageId(region.name, seq),
         publishTime: publishTimes.format(stored.publishTimeUs),
       };
-      if (stored.data.length > 0) message.data = stored.data.toString('base64');
+      if (stored.data.length > 0) message.data = stored.data;
       if (stored.attributes) message.attributes = stored.attributes;
       if (stored.orderingKey) message.orderingKey = stored.orderingKey;
       received.push({ ackId: codec.encode({ region: region.name, subscriptionUid: record.uid, seq, generation }), message });

@@ -394,9 +394,8 @@ export class StreamingSession {
   }
 }
 
-/** Flow-control size of a message: its data bytes (from the base64 length). */
-const messageBytes = (message: ReceivedMessage) =>
-  message.message.data ? Math.floor((message.message.data.length * 3) / 4) : 0;
+/** Flow-control size of a message: its data bytes. */
+const messageBytes = (message: ReceivedMessage) => message.message.data?.length ?? 0;
 
 function checkStreamAckDeadline(seconds: number): number {
   if (seconds < 10 || seconds > 600) throw invalidArgument('streamAckDeadlineSeconds must be between 10 and 600.');
