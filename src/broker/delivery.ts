@@ -42,6 +42,26 @@ export interface ReceivedMessage {
   };
 }
 
+/**
+ * A message a pull leased. Its ack ID is sealed when first asked for, as the answer is written:
+ * made for the whole batch up front, the ack ID strings outlived young-generation collections
+ * (as base64 data did, see received-json.ts).
+ */
+class LeasedMessage implements ReceivedMessage {
+  private sealed?: string;
+
+  constructor(
+    private readonly codec: AckIdCodec,
+    private readonly delivery: Delivery,
+    readonly message: ReceivedMessage['message'],
+  ) {}
+
+  get ackId(): string {
+    this.sealed ??= this.codec.encode(this.delivery);
+    return this.sealed;
+  }
+}
+
 interface Attachments {
   version: string;
   /** Attached subscription uids, and for each whether it orders by key. */
@@ -320,7 +340,7 @@ export class DeliveryService {
       if (stored.data.length > 0) message.data = stored.data;
       if (stored.attributes) message.attributes = stored.attributes;
       if (stored.orderingKey) message.orderingKey = stored.orderingKey;
-      received.push({ ackId: codec.encode({ region: region.name, subscriptionUid: record.uid, seq, generation }), message });
+      received.push(new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message));
     }
     const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
     return { received, bytes, nextDueUs };
