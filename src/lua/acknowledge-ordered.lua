@@ -11,7 +11,7 @@
   KEYS[8]    key states (HASH key -> "q" | outstanding count)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    wake channel (published to when a key becomes deliverable again)
-  ARGV[3..]  deliveries as "seq:gen", applied in this order
+  ARGV[3..]  distinct deliveries as "seq:gen", decided in this order
   Returns    {-1} when the subscription does not exist, else one code per delivery:
              1 acknowledged; 0 no such lease; 2 lease expired (as in acknowledge);
              3 out of order: an earlier message of the same key is not acknowledged yet
@@ -26,37 +26,79 @@ local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {-1} end
 mark_active(config_key, now)
 
--- On exactly-once subscriptions a keyed message may be acked only as its key's oldest un-acked one.
-local function out_of_order(key, seq)
-  local min, max = key_range(key)
-  return redis.call('ZRANGEBYLEX', keyed_key, min, max, 'LIMIT', 0, 1)[1] ~= keyed_member(key, seq)
-end
-
+-- Deliveries are decided in request order, as if one by one, but read and written in batches:
+-- a request names distinct deliveries, and a live lease is the only one of its seq, so the
+-- leases and keyed deliveries read up front are what a one-by-one loop would read. The one
+-- read that depends on earlier acks of the same request is the exactly-once order check; it
+-- walks the front of each key's range (only the front is ever acked there).
 local results = {}
 local woke = false
-for i = 3, #ARGV do
-  local member = ARGV[i]
-  local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
-  local code = RESULT[status]
-  if status == 'valid' or status == 'expired' then
-    local seq = split_entry(member)
-    local info = redis.call('HGET', deliveries_key, seq)
-    local key = info and select(3, split_keyed_delivery(info))
-    if key and exactly_once and out_of_order(key, seq) then
-      code = 3
+argv_chunks(3, function(members)
+  local deadlines = redis.call('ZMSCORE', leased_key, unpack(members))
+  local ending, ending_seqs = {}, {}
+  for i, member in ipairs(members) do
+    local status = lease_status(deadlines[i], now, exactly_once)
+    results[#results + 1] = RESULT[status]
+    if status == 'valid' or status == 'expired' then
+      ending[#ending + 1] = i
+      ending_seqs[#ending_seqs + 1] = (split_entry(member))
+    end
+  end
+  if #ending == 0 then return end
+  local infos = redis.call('HMGET', deliveries_key, unpack(ending_seqs))
+
+  -- Keys of the deliveries that may end, and (exactly-once) the front of each key's range.
+  local key_of, wanted = {}, {}
+  for j = 1, #ending do
+    local key = infos[j] and select(3, split_keyed_delivery(infos[j]))
+    key_of[j] = key
+    if key then wanted[key] = (wanted[key] or 0) + 1 end
+  end
+  local front, next_front = {}, {}
+  if exactly_once then
+    for key, count in pairs(wanted) do
+      local min, max = key_range(key)
+      front[key] = redis.call('ZRANGEBYLEX', keyed_key, min, max, 'LIMIT', 0, count)
+      next_front[key] = 1
+    end
+  end
+
+  local ended, ended_seqs, ended_keyed, ended_keyed_seqs = {}, {}, {}, {}
+  local acked_per_key, last_ack_of_key = {}, {}
+  local first_result = #results - #members
+  for j, i in ipairs(ending) do
+    local seq, key = ending_seqs[j], key_of[j]
+    local member = key and keyed_member(key, seq)
+    if key and exactly_once and front[key][next_front[key]] ~= member then
+      results[first_result + i] = 3
     else
-      redis.call('ZREM', leased_key, member)
-      release_body(messages_key, refs_key, seq)
+      ended[#ended + 1] = members[i]
+      ended_seqs[#ended_seqs + 1] = seq
       if key then
-        redis.call('ZREM', keyed_key, keyed_member(key, seq))
-        redis.call('HDEL', deliveries_key, seq)
-        if redis.call('HINCRBY', key_states_key, key, -1) <= 0 then
-          if release_key(keyed_key, key_states_key, ready_key, key, false) then woke = true end
-        end
+        if exactly_once then next_front[key] = next_front[key] + 1 end
+        ended_keyed[#ended_keyed + 1] = member
+        ended_keyed_seqs[#ended_keyed_seqs + 1] = seq
+        acked_per_key[key] = (acked_per_key[key] or 0) + 1
+        last_ack_of_key[key] = j
       end
     end
   end
-  results[#results + 1] = code
-end
+  if #ended == 0 then return end
+  redis.call('ZREM', leased_key, unpack(ended))
+  release_bodies(messages_key, refs_key, ended_seqs)
+  if #ended_keyed == 0 then return end
+  redis.call('ZREM', keyed_key, unpack(ended_keyed))
+  redis.call('HDEL', deliveries_key, unpack(ended_keyed_seqs))
+  -- A key with nothing outstanding any more goes back to the ready list, in the order in which
+  -- its last outstanding message was acknowledged.
+  local keys = {}
+  for key in pairs(acked_per_key) do keys[#keys + 1] = key end
+  table.sort(keys, function(a, b) return last_ack_of_key[a] < last_ack_of_key[b] end)
+  for _, key in ipairs(keys) do
+    if redis.call('HINCRBY', key_states_key, key, -acked_per_key[key]) <= 0 then
+      if release_key(keyed_key, key_states_key, ready_key, key, false) then woke = true end
+    end
+  end
+end)
 if woke then redis.call('PUBLISH', ARGV[2], '1') end
 return results

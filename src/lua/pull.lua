@@ -40,10 +40,15 @@ local leases = {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
 local function has_room() return remaining > 0 and bytes < max_bytes end
 
+-- Whether a stored body is still retained (its first 16 characters are the publish time).
+local function is_retained(body)
+  return tonumber(string.sub(body, 1, 16)) >= oldest_kept
+end
+
 -- Returns the body if the message is still retained; drops it otherwise.
 local function retained_body(seq)
   local body = redis.call('HGET', messages_key, seq)
-  if body and tonumber(string.sub(body, 1, 16)) >= oldest_kept then return body end
+  if body and is_retained(body) then return body end
   if body then release_body(messages_key, refs_key, seq) end
   return nil
 end
@@ -64,24 +69,39 @@ local function deliver_unkeyed(entry)
   if body then lease(seq, gen + 1, body) end
 end
 
--- Leases the key's oldest messages (it has nothing outstanding when its marker is popped).
+-- Leases the key's oldest messages (it has nothing outstanding when its marker is popped). Their
+-- deliveries and bodies are read, and the changes written, in one call each: the members are
+-- distinct messages, so nothing read here changes before it is used.
 local function deliver_key(key)
   local min, max = key_range(key)
   local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
   local outstanding = 0
-  for _, member in ipairs(members) do
-    if not has_room() then break end -- the rest of the key waits until these are acked
-    local seq = tostring(tonumber(string.sub(member, -16)))
-    local info = redis.call('HGET', keys.deliveries, seq)
-    local gen = info and split_keyed_delivery(info) or 0
-    local body = retained_body(seq)
-    if body then
-      redis.call('HSET', keys.deliveries, seq, (gen + 1) .. '|o|' .. key)
-      lease(seq, gen + 1, body)
-      outstanding = outstanding + 1
-    else
-      redis.call('ZREM', keys.keyed, member)
-      redis.call('HDEL', keys.deliveries, seq)
+  if #members > 0 then
+    local seqs = {}
+    for i, member in ipairs(members) do seqs[i] = tostring(tonumber(string.sub(member, -16))) end
+    local infos = redis.call('HMGET', keys.deliveries, unpack(seqs))
+    local bodies = redis.call('HMGET', messages_key, unpack(seqs))
+    local delivered, gone, gone_seqs, expired_seqs = {}, {}, {}, {}
+    for i, member in ipairs(members) do
+      if not has_room() then break end -- the rest of the key waits until these are acked
+      local seq, body = seqs[i], bodies[i]
+      if body and is_retained(body) then
+        local gen = (infos[i] and split_keyed_delivery(infos[i]) or 0) + 1
+        delivered[#delivered + 1] = seq
+        delivered[#delivered + 1] = gen .. '|o|' .. key
+        lease(seq, gen, body)
+        outstanding = outstanding + 1
+      else
+        if body then expired_seqs[#expired_seqs + 1] = seq end
+        gone[#gone + 1] = member
+        gone_seqs[#gone_seqs + 1] = seq
+      end
+    end
+    if #delivered > 0 then redis.call('HSET', keys.deliveries, unpack(delivered)) end
+    if #gone > 0 then
+      if #expired_seqs > 0 then release_bodies(messages_key, refs_key, expired_seqs) end
+      redis.call('ZREM', keys.keyed, unpack(gone))
+      redis.call('HDEL', keys.deliveries, unpack(gone_seqs))
     end
   end
   if outstanding > 0 then
