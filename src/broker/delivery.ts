@@ -178,18 +178,21 @@ export class DeliveryService {
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
   acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, ({ ctx }, members) => {
-      const data = ctx.keys.topicData(record.topicUid);
-      const sub = data.subscription(record.uid);
-      const time = ctx.clock.scriptTime();
-      return record.enableMessageOrdering
-        ? ctx.scripts.run(
-            'acknowledge-ordered',
-            [sub.config, sub.leased, data.messages, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-            [time, ctx.keys.wakeChannel(record.topicUid), ...members],
-          )
-        : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [time, ...members]);
-    });
+    return this.settle(record, ackIds, (region, members) => this.acknowledgeMembers(region, record, members));
+  }
+
+  /** Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"). */
+  private acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<unknown> {
+    const data = ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    const time = ctx.clock.scriptTime();
+    return record.enableMessageOrdering
+      ? ctx.scripts.run(
+          'acknowledge-ordered',
+          [sub.config, sub.leased, data.messages, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+          [time, ctx.keys.wakeChannel(record.topicUid), ...members],
+        )
+      : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [time, ...members]);
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
@@ -314,25 +317,39 @@ export class DeliveryService {
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
-    const reply = (await ctx.scripts.runBuffers(
+    const reply = (await ctx.scripts.run(
       'pull',
-      [sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+      [sub.config, sub.ready, sub.leased, data.messages, sub.keyed, sub.keyedDeliveries, sub.keyStates],
       [ctx.clock.scriptTime(), max, deadlineUs, ctx.keys.wakeChannel(record.topicUid), maxBytes],
-    )) as [number, Buffer | number, ...(Buffer | number)[]];
+    )) as [number, number | '', number, ...(string | number)[]];
     // Not attached in this region: its topic was deleted there before the subscription came.
     if (reply[0] === -1) {
       if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
       return { received: [], bytes: 0, nextDueUs: undefined };
     }
+    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
+    if (reply.length <= 3) return { received: [], bytes: 0, nextDueUs };
+    const oldestKeptUs = reply[2];
+    const seqs: string[] = [];
+    for (let i = 3; i < reply.length; i += 2) seqs.push(String(reply[i]));
+    // Read outside the script: Redis copies a body straight into the reply from here.
+    const bodies = await ctx.redis.hmgetBuffer(data.messages, ...seqs);
     const codec = await this.options.ackIds();
     const received: ReceivedMessage[] = [];
+    const expired: string[] = [];
     let bytes = 0;
-    for (let i = 2; i < reply.length; i += 3) {
-      const seq = reply[i].toString();
-      const generation = Number(reply[i + 1]);
-      const body = reply[i + 2] as Buffer;
-      bytes += body.length;
+    for (let j = 0; j < seqs.length; j++) {
+      const seq = seqs[j];
+      const generation = Number(reply[3 + 2 * j + 1]);
+      const body = bodies[j];
+      if (!body) continue; // gone (its subscription or topic was deleted meanwhile)
       const stored = unpackMessage(body);
+      // Older than the subscription's retention: dropped, never delivered (see pull.lua).
+      if (stored.publishTimeUs < oldestKeptUs) {
+        expired.push(`${seq}:${generation}`);
+        continue;
+      }
+      bytes += body.length;
       const message: ReceivedMessage['message'] = {
         messageId: messageId(region.name, seq),
         publishTime: publishTimes.format(stored.publishTimeUs),
@@ -342,7 +359,7 @@ export class DeliveryService {
       if (stored.orderingKey) message.orderingKey = stored.orderingKey;
       received.push(new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message));
     }
-    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
+    if (expired.length > 0) await this.acknowledgeMembers(region, record, expired);
     return { received, bytes, nextDueUs };
   }
 

@@ -6,28 +6,32 @@
   KEYS[1]    subscription config (HASH ackDeadlineUs, retentionUs, ...)
   KEYS[2]    ready list (LIST of "seq" | "seq:gen" for unkeyed messages, "k:<key>" for keys)
   KEYS[3]    leases (ZSET "seq:gen" -> deadline in microseconds)
-  KEYS[4]    message bodies (HASH seq -> body)
-  KEYS[5]    body reference counts
-  KEYS[6]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
-  KEYS[7]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
-  KEYS[8]    key states (HASH key -> "q" | outstanding count; empty without ordering)
+  KEYS[4]    message bodies (HASH seq -> body; only their sizes are read here)
+  KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
+  KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
+  KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
   ARGV[4]    wake channel (published to when an expired key becomes deliverable)
-  ARGV[5]    byte budget: no further message once the bodies returned reach it (at least one goes)
-  Returns    {1, nextDueUs, seq1, gen1, body1, seq2, gen2, body2, ...}
+  ARGV[5]    byte budget: no further message once the leased bodies reach it (at least one goes)
+  Returns    {1, nextDueUs, oldestKeptUs, seq1, gen1, seq2, gen2, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline ('' if there is no lease), so the caller knows when to look again
+             oldestKeptUs: messages published before it are past the subscription's retention
              {-1}   the subscription does not exist (deleted, or never attached)
-  Invariant: a message is leased to at most one delivery (generation) at a time, and messages
-             older than the retention are dropped, never delivered. For each key, at most one
+             The bodies are not returned: a body read into Lua costs a pass over every byte
+             (Redis hashes every string Lua makes), so the caller reads them with HMGET.
+  Invariant: a message is leased to at most one delivery (generation) at a time, and only
+             messages whose body is stored are leased. Messages older than the retention are
+             never delivered: the caller acknowledges those instead (src/broker/delivery.ts,
+             pullFrom), which drops them. For each key, at most one
              pull holds outstanding messages, and they are the key's oldest un-acked messages in
              order; an expired lease of a key sends that message and every later outstanding one
              of the key back, in order, before anything newer.
 ]]
-local config_key, ready_key, leased_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local keys = { keyed = KEYS[6], deliveries = KEYS[7], states = KEYS[8], leased = leased_key, ready = ready_key }
+local config_key, ready_key, leased_key, messages_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local keys = { keyed = KEYS[5], deliveries = KEYS[6], states = KEYS[7], leased = leased_key, ready = ready_key }
 local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
 local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
@@ -35,43 +39,35 @@ if not config[1] then return {-1} end
 mark_active(config_key, now)
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
-local out = {1, ''}
+local out = {1, '', oldest_kept}
 local leases = {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
 local function has_room() return remaining > 0 and bytes < max_bytes end
 
--- Whether a stored body is still retained (its first 16 characters are the publish time).
-local function is_retained(body)
-  return tonumber(string.sub(body, 1, 16)) >= oldest_kept
+-- Bodies are not read here (a body read into Lua costs a pass over every byte): only their
+-- sizes, for the byte budget. A size of 0 means the body is gone.
+local function stored_size(seq)
+  return redis.call('HSTRLEN', messages_key, seq)
 end
 
--- Returns the body if the message is still retained; drops it otherwise.
-local function retained_body(seq)
-  local body = redis.call('HGET', messages_key, seq)
-  if body and is_retained(body) then return body end
-  if body then release_body(messages_key, refs_key, seq) end
-  return nil
-end
-
-local function lease(seq, gen, body)
+local function lease(seq, gen, size)
   leases[#leases + 1] = deadline
   leases[#leases + 1] = seq .. ':' .. gen
   out[#out + 1] = seq
   out[#out + 1] = gen
-  out[#out + 1] = body
   remaining = remaining - 1
-  bytes = bytes + #body
+  bytes = bytes + size
 end
 
 local function deliver_unkeyed(entry)
   local seq, gen = split_entry(entry)
-  local body = retained_body(seq)
-  if body then lease(seq, gen + 1, body) end
+  local size = stored_size(seq)
+  if size > 0 then lease(seq, gen + 1, size) end
 end
 
 -- Leases the key's oldest messages (it has nothing outstanding when its marker is popped). Their
--- deliveries and bodies are read, and the changes written, in one call each: the members are
--- distinct messages, so nothing read here changes before it is used.
+-- deliveries are read, and the changes written, in one call each: the members are distinct
+-- messages, so nothing read here changes before it is used.
 local function deliver_key(key)
   local min, max = key_range(key)
   local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
@@ -80,26 +76,24 @@ local function deliver_key(key)
     local seqs = {}
     for i, member in ipairs(members) do seqs[i] = tostring(tonumber(string.sub(member, -16))) end
     local infos = redis.call('HMGET', keys.deliveries, unpack(seqs))
-    local bodies = redis.call('HMGET', messages_key, unpack(seqs))
-    local delivered, gone, gone_seqs, expired_seqs = {}, {}, {}, {}
+    local delivered, gone, gone_seqs = {}, {}, {}
     for i, member in ipairs(members) do
       if not has_room() then break end -- the rest of the key waits until these are acked
-      local seq, body = seqs[i], bodies[i]
-      if body and is_retained(body) then
+      local seq = seqs[i]
+      local size = stored_size(seq)
+      if size > 0 then
         local gen = (infos[i] and split_keyed_delivery(infos[i]) or 0) + 1
         delivered[#delivered + 1] = seq
         delivered[#delivered + 1] = gen .. '|o|' .. key
-        lease(seq, gen, body)
+        lease(seq, gen, size)
         outstanding = outstanding + 1
       else
-        if body then expired_seqs[#expired_seqs + 1] = seq end
         gone[#gone + 1] = member
         gone_seqs[#gone_seqs + 1] = seq
       end
     end
     if #delivered > 0 then redis.call('HSET', keys.deliveries, unpack(delivered)) end
     if #gone > 0 then
-      if #expired_seqs > 0 then release_bodies(messages_key, refs_key, expired_seqs) end
       redis.call('ZREM', keys.keyed, unpack(gone))
       redis.call('HDEL', keys.deliveries, unpack(gone_seqs))
     end

@@ -35,21 +35,27 @@ for (const target of redisTargets()) {
     t.equal(await broker.redis.hexists(data.messages, '2'), 1, 'the other body is still held by the short subscription');
   });
 
-  t.test(`${target.name}: on an ordered subscription too, a key's expired messages are dropped, never delivered`, async (t) => {
-    const clock = new ManualClock();
-    const broker = await startBroker(t, { target, clock, name: 'retention-ordered' });
-    await broker.api('PUT', TOPIC, {});
-    await broker.api('PUT', '/v1/projects/p/subscriptions/ordered', { topic: topicName.full, messageRetentionDuration: '600s', enableMessageOrdering: true });
-    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old-1'), orderingKey: 'k' }, { data: b64('old-2'), orderingKey: 'k' }] });
-    clock.advanceSeconds(601);
-    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new'), orderingKey: 'k' }] });
-    const pulled = await broker.api('POST', '/v1/projects/p/subscriptions/ordered:pull', { maxMessages: 10, returnImmediately: true });
-    t.same(pulled.body.receivedMessages.map((m: any) => m.message.messageId), ['3'], 'only the retained message of the key');
-    const { data } = await topicKeys(broker);
-    t.same(await broker.redis.hkeys(data.messages), ['3'], 'the expired bodies are gone');
-    await broker.api('POST', '/v1/projects/p/subscriptions/ordered:acknowledge', { ackIds: [pulled.body.receivedMessages[0].ackId] });
-    t.same((await broker.api('POST', '/v1/projects/p/subscriptions/ordered:pull', { maxMessages: 10, returnImmediately: true })).body, {}, 'nothing left');
-  });
+  for (const exactlyOnce of [false, true]) {
+    const kind = exactlyOnce ? 'ordered exactly-once' : 'ordered';
+    t.test(`${target.name}: on an ${kind} subscription too, a key's expired messages are dropped, never delivered`, async (t) => {
+      const clock = new ManualClock();
+      const broker = await startBroker(t, { target, clock, name: `retention-${kind.replace(' ', '-')}` });
+      const sub = '/v1/projects/p/subscriptions/ordered';
+      await broker.api('PUT', TOPIC, {});
+      await broker.api('PUT', sub, { topic: topicName.full, messageRetentionDuration: '600s', enableMessageOrdering: true, enableExactlyOnceDelivery: exactlyOnce });
+      await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old-1'), orderingKey: 'k' }, { data: b64('old-2'), orderingKey: 'k' }] });
+      clock.advanceSeconds(601);
+      await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new'), orderingKey: 'k' }] });
+      const pulled = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
+      t.same(pulled.body.receivedMessages.map((m: any) => m.message.messageId), ['3'], 'only the retained message of the key');
+      const { data } = await topicKeys(broker);
+      t.same(await broker.redis.hkeys(data.messages), ['3'], 'the expired bodies are gone');
+      const ack = await broker.api('POST', `${sub}:acknowledge`, { ackIds: [pulled.body.receivedMessages[0].ackId] });
+      t.same([ack.status, ack.body], [200, {}], 'the retained message is next in its key');
+      t.same((await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true })).body, {}, 'nothing left');
+      t.equal(await broker.redis.hlen(data.messages), 0, 'and no body');
+    });
+  }
 
   t.test(`${target.name}: deleting a subscription releases every body it held`, async (t) => {
     const broker = await startBroker(t, { target, name: 'delete-sub' });
