@@ -48,17 +48,23 @@ export interface ReceivedMessage {
  * (as base64 data did, see received-json.ts).
  */
 class LeasedMessage implements ReceivedMessage {
-  private sealed?: string;
+  // Truly private (#): the codec holds the ack ID secret, and must not show in logs or JSON.
+  readonly #codec: AckIdCodec;
+  readonly #delivery: Delivery;
+  #sealed?: string;
 
-  constructor(
-    private readonly codec: AckIdCodec,
-    private readonly delivery: Delivery,
-    readonly message: ReceivedMessage['message'],
-  ) {}
+  constructor(codec: AckIdCodec, delivery: Delivery, readonly message: ReceivedMessage['message']) {
+    this.#codec = codec;
+    this.#delivery = delivery;
+  }
 
   get ackId(): string {
-    this.sealed ??= this.codec.encode(this.delivery);
-    return this.sealed;
+    this.#sealed ??= this.#codec.encode(this.#delivery);
+    return this.#sealed;
+  }
+
+  toJSON(): ReceivedMessage {
+    return { ackId: this.ackId, message: this.message };
   }
 }
 

@@ -134,6 +134,20 @@ async function subscribersOf(redis: RedisClient, channel: string): Promise<numbe
 
 for (const target of redisTargets()) {
   t.test(target.name, async (t) => {
+    t.test('a leased message serializes as {ackId, message}, never with the ack ID secret', async (t) => {
+      const h = await setUp(t, target);
+      await h.topic('secret');
+      await h.subscription('secret-sub', 'secret');
+      await h.publish('secret', 'a');
+      const record = await h.broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', 'secret-sub'));
+      const { received } = await h.broker.app.broker.delivery.pullOnce(record, 10);
+      const secret = await h.broker.redis.get(new Keys(h.broker.prefix).ackSecret);
+      const json = JSON.stringify(received);
+      t.ok(secret && !json.includes(secret), 'no secret in the JSON');
+      t.same(Object.keys(JSON.parse(json)[0]), ['ackId', 'message']);
+      t.equal(JSON.parse(json)[0].ackId, received[0].ackId);
+    });
+
     t.test('stale, expired and repeated acks answer 200 {}; a stale ack never acks the newer delivery', async (t) => {
       const h = await setUp(t, target);
       await h.topic('orders');
