@@ -166,8 +166,7 @@ export async function bullmqEndToEndWorkload(
     await Promise.all(workers.map((w) => w.waitUntilReady()));
     const addLatency = new Latency();
     const started = performance.now();
-    const adding = addJobs(queue, options, addLatency);
-    const addSeconds = await adding;
+    const addSeconds = await addJobs(queue, options, addLatency);
     const timedOut = await Promise.race([
       finished.then(() => false),
       unrefSleep(Math.max(0, options.timeoutMs - (performance.now() - started))).then(() => true),

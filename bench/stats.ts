@@ -26,10 +26,6 @@ export class Latency {
     this.histogram.recordValue(Math.max(1, Math.round(ms * 1000)));
   }
 
-  get count(): number {
-    return this.histogram.totalCount;
-  }
-
   summary(): LatencySummary {
     const h = this.histogram;
     const ms = (us: number) => Math.round(us) / 1000;

@@ -20,6 +20,7 @@ import {
 } from './broker-workloads.ts';
 import type { HttpClient } from './http.ts';
 import { StampedBodies } from './payloads.ts';
+import { E2E_LATENCY } from './report.ts';
 import { Latency, sleep, unrefSleep } from './stats.ts';
 
 interface ServerFrame {
@@ -150,7 +151,7 @@ async function openSubscribers(
   return subscribers;
 }
 
-/** Waits for `condition` (checked on every delivery through `poke`), a stream failure, or the timeout. */
+/** Waits until `done` is called (the caller does when its goal is reached), a stream fails, or the timeout. */
 function waitFor(what: string, timeoutMs: number, subscribers: StreamSubscriber[]) {
   let resolve!: () => void;
   const reached = new Promise<void>((done) => (resolve = done));
@@ -172,14 +173,13 @@ async function settleAndCheck(
   admin: Redis,
   keyPrefix: string,
   subscriptionId: string,
-): Promise<{ ready: number; leased: number }> {
+): Promise<void> {
   await Promise.all(subscribers.map((s) => s.settle()));
   const backlog = await subscriptionBacklog(admin, keyPrefix, subscriptionId);
   if (!backlog) throw new Error(`${workload}: subscription ${subscriptionId} is gone`);
   if (backlog.ready > 0 || backlog.leased > 0) {
     throw new Error(`${workload}: ${backlog.ready} messages still ready and ${backlog.leased} leased after all were received and acked`);
   }
-  return backlog;
 }
 
 /**
@@ -333,7 +333,7 @@ export async function streamingLatencyWorkload(options: StreamingWorkload & {
       messages: total,
       seconds: (lastReceivedAt - started) / 1000,
       msgPerSec: total / ((lastReceivedAt - started) / 1000),
-      latency: { 'publish->delivery': endToEnd.summary(), publish: publishLatency.summary() },
+      latency: { [E2E_LATENCY]: endToEnd.summary(), publish: publishLatency.summary() },
       notes: {
         targetMsgPerSec: options.rate,
         messagesPerRequest: options.batch,

@@ -13,7 +13,7 @@ let bundle: Promise<string> | undefined;
  * src/client as one ES module for browsers, built with esbuild in memory on first use and kept
  * for the life of the process (a failed build is tried again on the next request).
  */
-export function clientBundle(): Promise<string> {
+function clientBundle(): Promise<string> {
   bundle ??= buildClientBundle().catch((error: unknown) => {
     bundle = undefined;
     throw error;

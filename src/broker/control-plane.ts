@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { notFound } from '../errors.ts';
+import { alreadyExists, notFound } from '../errors.ts';
 import { parseDurationSeconds } from './durations.ts';
 import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
@@ -149,15 +149,40 @@ export class ControlPlane {
   }
 
   /**
-   * A live record as the arbiter holds it, for a compare-and-set there (NOT_FOUND when it is
-   * deleted or was never created).
+   * Creates a name: the record `build` makes (for the version after the name's current state)
+   * is written unless the name holds a live record at the arbiter, or a write decided elsewhere
+   * at the same time meets this one; both are ALREADY_EXISTS.
    */
-  async readAtArbiter<T extends TopicRecord | SubscriptionRecord>(kind: Kind, name: ResourceName): Promise<{ arbiter: Region; json: string; record: T }> {
-    const arbiter = this.regions.arbiter();
-    const json = await this.readState(arbiter, kind, name.full);
-    const state = json ? (JSON.parse(json) as State) : undefined;
-    if (!state || isTombstone(state)) throw notFound(name.id);
-    return { arbiter, json, record: state as T };
+  async create<T extends TopicRecord | SubscriptionRecord>(kind: Kind, name: ResourceName, build: (version: number) => T | Promise<T>): Promise<T> {
+    for (;;) {
+      const arbiter = this.regions.arbiter();
+      const current = await this.readState(arbiter, kind, name.full);
+      if (current && !isTombstone(JSON.parse(current) as State)) throw alreadyExists(name.id);
+      const record = await build(versionOf(current) + 1);
+      const outcome = await this.write(kind, arbiter, current, record);
+      if (outcome === 'written') return record;
+      if (outcome === 'conflict') throw alreadyExists(name.id);
+    }
+  }
+
+  /**
+   * Replaces a live record (NOT_FOUND if there is none at the arbiter) with what `change` makes
+   * of it for the next version: an updated record or a tombstone. Decided again whenever the
+   * state at the arbiter changed meanwhile.
+   */
+  async replace<T extends TopicRecord | SubscriptionRecord, S extends State>(
+    kind: Kind,
+    name: ResourceName,
+    change: (record: T, version: number) => S,
+  ): Promise<S> {
+    for (;;) {
+      const arbiter = this.regions.arbiter();
+      const json = await this.readState(arbiter, kind, name.full);
+      const state = json ? (JSON.parse(json) as State) : undefined;
+      if (!state || isTombstone(state)) throw notFound(name.id);
+      const next = change(state as T, versionOf(json) + 1);
+      if ((await this.write(kind, arbiter, json, next)) === 'written') return next;
+    }
   }
 
   /**

@@ -43,23 +43,26 @@ export interface ReceivedMessage {
 }
 
 /**
- * A message a pull leased. Its ack ID is sealed when first asked for, as the answer is written:
- * made for the whole batch up front, the ack ID strings outlived young-generation collections
- * (as base64 data did, see received-json.ts).
+ * A message a pull leased, with the delivery it is (streams track ordering keys by region and
+ * sequence). Its ack ID is sealed when first asked for, as the answer is written: made for the
+ * whole batch up front, the ack ID strings outlived young-generation collections (as base64
+ * data did, see received-json.ts).
  */
-class LeasedMessage implements ReceivedMessage {
+export class LeasedMessage implements ReceivedMessage {
   // Truly private (#): the codec holds the ack ID secret, and must not show in logs or JSON.
   readonly #codec: AckIdCodec;
-  readonly #delivery: Delivery;
   #sealed?: string;
 
-  constructor(codec: AckIdCodec, delivery: Delivery, readonly message: ReceivedMessage['message']) {
+  constructor(
+    codec: AckIdCodec,
+    readonly delivery: Delivery,
+    readonly message: ReceivedMessage['message'],
+  ) {
     this.#codec = codec;
-    this.#delivery = delivery;
   }
 
   get ackId(): string {
-    this.#sealed ??= this.#codec.encode(this.#delivery);
+    this.#sealed ??= this.#codec.encode(this.delivery);
     return this.#sealed;
   }
 
@@ -220,7 +223,7 @@ export class DeliveryService {
    * its messages wait for it; this region's failure fails the pull.
    */
   async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
-    const received: ReceivedMessage[] = [];
+    const received: LeasedMessage[] = [];
     let nextDueUs: number | undefined;
     let bytesLeft = maxBytes;
     for (const region of this.pullOrder()) {
@@ -341,7 +344,7 @@ export class DeliveryService {
     // Read outside the script: Redis copies a body straight into the reply from here.
     const bodies = await ctx.redis.hmgetBuffer(data.messages, ...seqs);
     const codec = await this.options.ackIds();
-    const received: ReceivedMessage[] = [];
+    const received: LeasedMessage[] = [];
     const expired: string[] = [];
     let bytes = 0;
     for (let j = 0; j < seqs.length; j++) {
@@ -447,13 +450,13 @@ function inTransitRefusal(topic: TopicRecord, region: string): ApiError {
 
 /**
  * Message IDs are the message's sequence in its topic incarnation, and in a deployment with
- * regions the region that stores it: "<region>-<seq>". Streams read them back (messageOrigin).
+ * regions the region that stores it: "<region>-<seq>".
  */
 function messageId(region: string, seq: number | string): string {
   return region ? `${region}-${seq}` : String(seq);
 }
 
-/** The region ('' without regions) and sequence of a message ID this broker issued. */
+/** The region ('' without regions) and sequence of a message ID this broker issued (the bench counts by region). */
 export function messageOrigin(id: string): { region: string; seq: number } {
   const dash = id.lastIndexOf('-');
   return { region: id.slice(0, Math.max(0, dash)), seq: Number(id.slice(dash + 1)) };

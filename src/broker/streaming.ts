@@ -1,7 +1,7 @@
 import { ApiError, invalidArgument, unavailable, type AckFailureCode } from '../errors.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
-import { messageOrigin, type DeliveryService, type ReceivedMessage, type SettleOutcome } from './delivery.ts';
+import type { DeliveryService, LeasedMessage, SettleOutcome } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import { receivedMessagesJson } from './received-json.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
@@ -303,7 +303,7 @@ export class StreamingSession {
    * Sends what fits and returns the messages that were not handed to the client. A pull cannot
    * know sizes in advance, so the byte budget is applied here: one message may cross it.
    */
-  private deliver(received: { fits: ReceivedMessage[]; over: ReceivedMessage[] }): ReceivedMessage[] {
+  private deliver(received: { fits: LeasedMessage[]; over: LeasedMessage[] }): LeasedMessage[] {
     if (this.closed || received.fits.length === 0) return [...received.fits, ...received.over];
     const properties = this.properties();
     const rest = sameProperties(properties, this.sentProperties) ? undefined : { subscriptionProperties: properties };
@@ -311,14 +311,14 @@ export class StreamingSession {
     this.sentProperties = properties;
     const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
     for (const message of received.fits) {
-      const { region, seq } = messageOrigin(message.message.messageId);
+      const { region, seq } = message.delivery;
       const orderingKey = message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
-      this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq });
+      this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq: Number(seq) });
     }
     return received.over;
   }
 
-  private withinByteBudget(received: ReceivedMessage[]): { fits: ReceivedMessage[]; over: ReceivedMessage[] } {
+  private withinByteBudget(received: LeasedMessage[]): { fits: LeasedMessage[]; over: LeasedMessage[] } {
     if (this.maxBytes === 0) return { fits: received, over: [] };
     let bytes = this.outstandingBytes();
     let count = 0;
@@ -395,7 +395,7 @@ export class StreamingSession {
 }
 
 /** Flow-control size of a message: its data bytes. */
-const messageBytes = (message: ReceivedMessage) => message.message.data?.length ?? 0;
+const messageBytes = (message: LeasedMessage) => message.message.data?.length ?? 0;
 
 function checkStreamAckDeadline(seconds: number): number {
   if (seconds < 10 || seconds > 600) throw invalidArgument('streamAckDeadlineSeconds must be between 10 and 600.');

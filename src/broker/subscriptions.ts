@@ -1,16 +1,16 @@
-import { alreadyExists, invalidArgument, notFound } from '../errors.ts';
+import { invalidArgument, notFound } from '../errors.ts';
 import { notImplemented, parseBody } from '../schemas/common.ts';
 import {
   subscriptionBodySchema,
   updateSubscriptionBodySchema,
   type SubscriptionBody,
 } from '../schemas/subscriptions.ts';
-import { isTombstone, newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
+import { newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
 import { checkBodyName, type TopicRecord, type TopicService } from './topics.ts';
-import type { Region, Regions } from './regions.ts';
+import type { Regions } from './regions.ts';
 import { parseUpdateMask } from './update-mask.ts';
 
 /** A subscription as kept in the control plane. */
@@ -121,23 +121,11 @@ export class SubscriptionService {
     };
     this.regions.requireLocal();
     let topic: TopicRecord | undefined;
-    for (;;) {
-      const arbiter = this.regions.arbiter();
-      const current = await this.controlPlane.readState(arbiter, 'subscription', name.full);
-      if (current && !isTombstone(JSON.parse(current))) throw alreadyExists(name.id);
+    const record = await this.controlPlane.create<SubscriptionRecord>('subscription', name, async (version) => {
       topic ??= await this.topics.read(topicName);
-      const record: SubscriptionRecord = {
-        name: name.full,
-        topic: topicName.full,
-        topicUid: topic.uid,
-        uid: newUid(),
-        version: versionOf(current) + 1,
-        ...settings,
-      };
-      const outcome = await this.controlPlane.write('subscription', arbiter, current, record);
-      if (outcome === 'written') return renderSubscription(record, topic);
-      if (outcome === 'conflict') throw alreadyExists(name.id);
-    }
+      return { name: name.full, topic: topicName.full, topicUid: topic.uid, uid: newUid(), version, ...settings };
+    });
+    return renderSubscription(record, topic);
   }
 
   async read(name: ResourceName): Promise<SubscriptionRecord> {
@@ -170,46 +158,28 @@ export class SubscriptionService {
     }
     if (paths.includes('pushConfig')) refusePushEndpoint(body.pushConfig);
     this.regions.requireLocal();
-
-    for (;;) {
-      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<SubscriptionRecord>('subscription', name);
-      const updated: SubscriptionRecord = { ...record, version: versionOf(json) + 1 };
+    const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) => {
+      const next: SubscriptionRecord = { ...record, version };
       const has = (field: string) => paths.includes(field);
-      if (has('enableExactlyOnceDelivery')) setFlag(updated, 'enableExactlyOnceDelivery', body.enableExactlyOnceDelivery);
-      if (has('retainAckedMessages')) setFlag(updated, 'retainAckedMessages', body.retainAckedMessages);
+      if (has('enableExactlyOnceDelivery')) setFlag(next, 'enableExactlyOnceDelivery', body.enableExactlyOnceDelivery);
+      if (has('retainAckedMessages')) setFlag(next, 'retainAckedMessages', body.retainAckedMessages);
       if (has('ackDeadlineSeconds')) {
-        updated.ackDeadlineSeconds = checkAckDeadline(body.ackDeadlineSeconds, updated.enableExactlyOnceDelivery === true);
+        next.ackDeadlineSeconds = checkAckDeadline(body.ackDeadlineSeconds, next.enableExactlyOnceDelivery === true);
       }
-      if (has('messageRetentionDuration')) updated.messageRetentionDuration = checkRetention(body.messageRetentionDuration);
-      if (has('expirationPolicy')) updated.expirationPolicy = checkExpiration(body.expirationPolicy);
+      if (has('messageRetentionDuration')) next.messageRetentionDuration = checkRetention(body.messageRetentionDuration);
+      if (has('expirationPolicy')) next.expirationPolicy = checkExpiration(body.expirationPolicy);
       if (has('labels')) {
-        if (body.labels && Object.keys(body.labels).length > 0) updated.labels = body.labels;
-        else delete updated.labels;
+        if (body.labels && Object.keys(body.labels).length > 0) next.labels = body.labels;
+        else delete next.labels;
       }
-      if ((await this.controlPlane.write('subscription', arbiter, json, updated)) === 'written') {
-        return renderSubscription(updated, await this.liveTopic(updated.topic));
-      }
-    }
+      return next;
+    });
+    return renderSubscription(updated, await this.liveTopic(updated.topic));
   }
 
   async delete(name: ResourceName): Promise<void> {
     this.regions.requireLocal();
-    for (;;) {
-      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<SubscriptionRecord>('subscription', name);
-      if (await this.deleteRecord(arbiter, json, record)) return;
-    }
-  }
-
-  /** Deletes the subscription as read at the arbiter; false if it must be decided again. */
-  private async deleteRecord(arbiter: Region, json: string, record: SubscriptionRecord): Promise<boolean> {
-    const tombstone: Tombstone = {
-      name: record.name,
-      version: versionOf(json) + 1,
-      deleted: true,
-      uid: record.uid,
-      topicUid: record.topicUid,
-    };
-    return (await this.controlPlane.write('subscription', arbiter, json, tombstone)) === 'written';
+    await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) => tombstoneOf(record, version));
   }
 
   /** Records that a stream is using the subscription (its expiration counts from the last use). */
@@ -242,7 +212,8 @@ export class SubscriptionService {
         // Deleted only if nobody changed it meanwhile (a change counts as use).
         const arbiter = this.regions.arbiter();
         const json = await this.controlPlane.readState(arbiter, 'subscription', record.name);
-        if (json === entries[i + 1] && (await this.deleteRecord(arbiter, json, record))) expired++;
+        if (json !== entries[i + 1]) continue;
+        if ((await this.controlPlane.write('subscription', arbiter, json, tombstoneOf(record, versionOf(json) + 1))) === 'written') expired++;
       }
     } while (cursor !== '0');
     return expired;
@@ -289,8 +260,6 @@ export class SubscriptionService {
     }
     return dropped;
   }
-
-
 
   /** The latest use of the subscription in any usable region (undefined: none recorded). */
   private async lastActiveUs(record: SubscriptionRecord): Promise<number | undefined> {
@@ -351,4 +320,9 @@ function refuseUnsupported(body: SubscriptionBody): void {
       (typeof value === 'object' && value !== null && Object.keys(value).length === 0);
     if (!empty) throw notImplemented(field);
   }
+}
+
+/** The tombstone that deletes a subscription: it names the incarnation whose data is dropped. */
+function tombstoneOf(record: SubscriptionRecord, version: number): Tombstone {
+  return { name: record.name, version, deleted: true, uid: record.uid, topicUid: record.topicUid };
 }

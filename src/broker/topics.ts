@@ -1,4 +1,4 @@
-import { alreadyExists, invalidArgument, notFound } from '../errors.ts';
+import { invalidArgument, notFound } from '../errors.ts';
 import { notImplemented, parseBody } from '../schemas/common.ts';
 import {
   topicBodySchema,
@@ -6,7 +6,7 @@ import {
   updateTopicBodySchema,
   type TopicBody,
 } from '../schemas/topics.ts';
-import { isTombstone, newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
+import { newUid, type ControlPlane, type Tombstone } from './control-plane.ts';
 import { checkDuration } from './durations.ts';
 import type { ResourceName } from './names.ts';
 import type { Regions } from './regions.ts';
@@ -56,15 +56,8 @@ export class TopicService {
     refuseUnsupported(body);
     const settings = this.checkSettingsAndRegions(body);
     this.regions.requireLocal();
-    for (;;) {
-      const arbiter = this.regions.arbiter();
-      const current = await this.controlPlane.readState(arbiter, 'topic', name.full);
-      if (current && !isTombstone(JSON.parse(current))) throw alreadyExists(name.id);
-      const record: TopicRecord = { name: name.full, uid: newUid(), version: versionOf(current) + 1, ...settings };
-      const outcome = await this.controlPlane.write('topic', arbiter, current, record);
-      if (outcome === 'written') return renderTopic(record);
-      if (outcome === 'conflict') throw alreadyExists(name.id);
-    }
+    const record = await this.controlPlane.create<TopicRecord>('topic', name, (version) => ({ name: name.full, uid: newUid(), version, ...settings }));
+    return renderTopic(record);
   }
 
   async get(name: ResourceName): Promise<Topic> {
@@ -91,24 +84,20 @@ export class TopicService {
     }
     const settings = this.checkSettingsAndRegions(request.topic);
     this.regions.requireLocal();
-    for (;;) {
-      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<TopicRecord>('topic', name);
-      const updated: TopicRecord = { ...record, version: versionOf(json) + 1 };
+    const updated = await this.controlPlane.replace('topic', name, (record: TopicRecord, version) => {
+      const next: TopicRecord = { ...record, version };
       for (const path of paths as (typeof MUTABLE_FIELDS)[number][]) {
-        if (settings[path] === undefined) delete updated[path];
-        else Object.assign(updated, { [path]: settings[path] });
+        if (settings[path] === undefined) delete next[path];
+        else Object.assign(next, { [path]: settings[path] });
       }
-      if ((await this.controlPlane.write('topic', arbiter, json, updated)) === 'written') return renderTopic(updated);
-    }
+      return next;
+    });
+    return renderTopic(updated);
   }
 
   async delete(name: ResourceName): Promise<void> {
     this.regions.requireLocal();
-    for (;;) {
-      const { arbiter, json, record } = await this.controlPlane.readAtArbiter<TopicRecord>('topic', name);
-      const tombstone: Tombstone = { name: name.full, version: versionOf(json) + 1, deleted: true, uid: record.uid };
-      if ((await this.controlPlane.write('topic', arbiter, json, tombstone)) === 'written') return;
-    }
+    await this.controlPlane.replace('topic', name, (record: TopicRecord, version): Tombstone => ({ name: name.full, version, deleted: true, uid: record.uid }));
   }
 
   async list(project: string, page: PageRequest): Promise<{ topics?: Topic[]; nextPageToken?: string }> {
@@ -133,7 +122,6 @@ export class TopicService {
     );
     return { ...(names.length ? { subscriptions: names } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
   }
-
 
   /** checkSettings, and the storage policy names only configured regions. */
   private checkSettingsAndRegions(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {

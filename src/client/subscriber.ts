@@ -1,5 +1,5 @@
 import { randomId, utf8Decode } from './encoding.ts';
-import { HandlerError, PubSubError } from './errors.ts';
+import { HandlerError, PubSubError, type ErrorBody } from './errors.ts';
 import { Message, type WireMessage } from './message.ts';
 import type {
   AckResponse,
@@ -11,7 +11,7 @@ import type {
 } from './types.ts';
 
 /** The client sends `{}` this often; a stream that answers nothing in between is considered dead. */
-export const KEEP_ALIVE_MS = 30_000;
+const KEEP_ALIVE_MS = 30_000;
 /** Ack IDs per frame (an ack ID is under 70 bytes; the broker accepts frames up to 1 MiB). */
 const MAX_IDS_PER_FRAME = 2500;
 /** Acks and nacks made within this many milliseconds are sent together. */
@@ -48,7 +48,6 @@ interface Lease {
   receivedAt: number;
   /** The ordering key that serializes its handler (only on subscriptions with message ordering). */
   key?: string;
-  dispatched: boolean;
   /** Counts toward maxOutstandingMessages/Bytes (from dispatch until settled or given up). */
   counted: boolean;
   settlement?: Settlement;
@@ -88,7 +87,7 @@ interface Connection {
   keepAliveSentAt: number;
   emptyFrames: number;
   /** The `{"error": ...}` frame sent just before the broker closed the stream. */
-  error?: { code?: number; message?: string; status?: string };
+  error?: ErrorBody;
   /** Sent and, on exactly-once subscriptions, not confirmed yet; else kept for RESEND_WINDOW_MS. */
   ackFrames: SentFrame[];
   /** Nacks and lease extensions, in the order sent (the broker confirms them in this order). */
@@ -100,7 +99,7 @@ interface ServerFrame {
   subscriptionProperties?: Partial<SubscriptionProperties>;
   acknowledgeConfirmation?: Confirmation;
   modifyAckDeadlineConfirmation?: Confirmation;
-  error?: { code?: number; message?: string; status?: string };
+  error?: ErrorBody;
 }
 
 interface Confirmation {
@@ -343,12 +342,9 @@ export class Subscriber {
   /** Drops a stream that stopped answering; the close handler reconnects. */
   private drop(conn: Connection, message: string): void {
     // Detached first, so that the close event of this socket is ignored, whenever it comes.
-    this.onDisconnect(conn, 1006, JSON.stringify({ error: { status: 'UNAVAILABLE', message } }));
-    try {
-      conn.ws.close(4000, 'keep-alive timeout');
-    } catch {
-      // already closed
-    }
+    conn.error ??= { status: 'UNAVAILABLE', message };
+    this.onDisconnect(conn, 1006, '');
+    closeSocket(conn.ws, 4000, 'keep-alive timeout');
   }
 
   /** Every KEEP_ALIVE_MS: `{}` on an open stream (the broker answers it), or drop a silent one. */
@@ -413,7 +409,7 @@ export class Subscriber {
         this.enqueue(this.newSettlement('nack', ackId));
         continue;
       }
-      lease = { message, ackId, bytes: message.data.length, receivedAt: now, dispatched: false, counted: false };
+      lease = { message, ackId, bytes: message.data.length, receivedAt: now, counted: false };
       this.held.set(wire.messageId, lease);
       this.admit(lease);
     }
@@ -467,7 +463,6 @@ export class Subscriber {
   }
 
   private run(lease: Lease): void {
-    lease.dispatched = true;
     lease.counted = true;
     this.outstandingMessages++;
     this.outstandingBytes += lease.bytes;
@@ -755,11 +750,7 @@ export class Subscriber {
     if (this.conn) {
       const last = this.conn;
       this.conn = undefined;
-      try {
-        last.ws.close(1000, 'closed by the client');
-      } catch {
-        // already closed
-      }
+      closeSocket(last.ws, 1000, 'closed by the client');
     }
     for (const [timer, settlement] of this.retryTimers) {
       clearTimeout(timer);
@@ -815,13 +806,7 @@ export class Subscriber {
     this.flushTimer = this.reconnectTimer = undefined;
     const conn = this.conn;
     this.conn = undefined;
-    if (conn) {
-      try {
-        conn.ws.close(1000, 'closed by the client');
-      } catch {
-        // already closed
-      }
-    }
+    if (conn) closeSocket(conn.ws, 1000, 'closed by the client');
     for (const settlement of [...this.pending]) this.resolve(settlement, 'OTHER');
     this.setState('closed');
     this.resolveClosed(error);
@@ -901,4 +886,13 @@ function ackFailures(error: unknown): Map<string, string> | undefined {
     if (info?.reason === 'EXACTLY_ONCE_ACKID_FAILURE' && info.metadata) return new Map(Object.entries(info.metadata));
   }
   return undefined;
+}
+
+/** Closes a socket that may already be closed. */
+function closeSocket(ws: WebSocketLike, code: number, reason: string): void {
+  try {
+    ws.close(code, reason);
+  } catch {
+    // already closed
+  }
 }

@@ -429,8 +429,7 @@ t.test('not exactly-once: ack ID rules on the stream', async (t) => {
   t.equal(m2again.message.messageId, m2.message.messageId, 'nack redelivers');
   client.send({ ackIds: [m2.ackId] }); // stale after the nack: must not ack the new delivery
   client.send({ modifyDeadlineAckIds: [m2.ackId, m1.ackId], modifyDeadlineSeconds: [20, 0] });
-  client.send({});
-  await client.take(isHeartbeat, 1000, 'keep-alive answer');
+  await client.roundTrip(1000);
   t.ok(client.isOpen, 'stale well-formed ack IDs are ignored');
   t.notOk(client.frames.some((f) => f?.acknowledgeConfirmation || f?.modifyAckDeadlineConfirmation), 'no confirmations without exactly-once');
   // The stale ack did not end the current delivery: nacking it brings the message back once more.
@@ -522,8 +521,7 @@ t.test('streamAckDeadlineSeconds is the lease of stream deliveries (ManualClock)
   // A later frame changes the deadline of what is delivered afterwards.
   const c = await b.open('sub1', first('sub1', { streamAckDeadlineSeconds: 10 }));
   c.send({ streamAckDeadlineSeconds: 30 });
-  c.send({});
-  await c.take(isHeartbeat, 1000, 'keep-alive answer');
+  await c.roundTrip(1000);
   await b.publish('topic1', [{ data: b64('lease-30') }]);
   const [m30] = await c.takeMessages(1);
   c.terminate();
