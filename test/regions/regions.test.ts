@@ -37,7 +37,8 @@ async function backlog(d: Deployment, region: string, sub: string): Promise<Reco
 }
 
 t.test('regions', async (t) => {
-  const d = await startRegions(t, ['a', 'b', 'c']);
+  // Long polls wait up to 10 s: a pull woken by a publish answers long before that.
+  const d = await startRegions(t, ['a', 'b', 'c'], { pullWaitMs: 10_000 });
 
   t.test('metadata made through any region is visible through every region when the call returns', async (t) => {
     t.equal((await d.api('a', 'PUT', topicPath('meta'), { labels: { v: '1' } })).status, 200);
@@ -136,8 +137,13 @@ t.test('regions', async (t) => {
     const pulling = d.api('a', 'POST', `${subPath('wake-sub')}:pull`, { maxMessages: 5 });
     await new Promise((resolve) => setTimeout(resolve, 50));
     await publish(d, 'c', 'wake', ['late']);
-    const { body } = await pulling;
-    t.same(body.receivedMessages?.map((m: any) => unb64(m.message.data)), ['late']);
+    // Without the wake-up the pull would still find the message, but only at the end of its wait.
+    let bound: NodeJS.Timeout | undefined;
+    const result = await Promise.race([pulling, new Promise<'waited out'>((resolve) => (bound = setTimeout(resolve, 5_000, 'waited out')))]);
+    clearTimeout(bound);
+    t.not(result, 'waited out', 'the publish woke the pull');
+    if (result === 'waited out') return;
+    t.same(result.body.receivedMessages?.map((m: any) => unb64(m.message.data)), ['late']);
   });
 
   t.test('a stream through one region receives messages published through the others', async (t) => {
