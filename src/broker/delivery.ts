@@ -3,9 +3,11 @@ import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
 import { formatTimestampUs } from './durations.ts';
-import { packMessage, unpackMessage } from './message-codec.ts';
+import { packMessage, stampPublishTime, unpackMessage, withoutPublishTime } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
+import type { BrokerContext } from './context.ts';
+import { Scripts } from '../redis/scripts.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
 import type { TopicRecord, TopicService } from './topics.ts';
 import type { Waiter } from './wakeups.ts';
@@ -117,18 +119,32 @@ export class DeliveryService {
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
+    // Without an ordering key the bodies go around Lua (see publish.lua): reserve their seqs and
+    // publish time first, stamp the bodies, then store and fan out in one MULTI/EXEC.
+    let reservedSeq: number | undefined;
+    if (orderingKey === '') {
+      const [status, firstSeq, publishTimeUs] = (await ctx.scripts.run('reserve-messages', [data.state], [ctx.clock.scriptTime(), bodies.length])) as number[];
+      if (status === -1) throw notFound(topicName.id);
+      for (const body of bodies) stampPublishTime(body, publishTimeUs);
+      reservedSeq = firstSeq;
+    }
     for (;;) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
-      const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
-        const sub = data.subscription(uid);
-        return [sub.ready, sub.keyed, sub.keyStates];
-      });
+      const keys = [
+        data.state,
+        data.messages,
+        data.refs,
+        ...attachments.subscriptions.flatMap(({ uid }) => {
+          const sub = data.subscription(uid);
+          return [sub.ready, sub.keyed, sub.keyStates];
+        }),
+      ];
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
-      const result = (await ctx.scripts.run(
-        'publish',
-        [data.state, data.messages, data.refs, ...subscriptionKeys],
-        [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
-      )) as number[];
+      const args = [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags];
+      const result =
+        reservedSeq === undefined
+          ? ((await ctx.scripts.run('publish', keys, [...args, '', ...bodies.map(withoutPublishTime)])) as number[])
+          : await storeReserved(ctx, keys, args, reservedSeq, bodies, attachments.subscriptions.length > 0);
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
         this.attachments.delete(cacheKey);
@@ -494,6 +510,31 @@ const publishTimes = {
 };
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
+
+/**
+ * The commit of a reserved publish: `HSET messages seq body ...` and publish.lua in one
+ * MULTI/EXEC. No HSET when no subscription is attached: nothing would hold the bodies. When
+ * publish.lua refuses, it deletes the bodies again. After a SCRIPT FLUSH only the script failed
+ * (NOSCRIPT); it then runs by itself, which its checks make just as correct.
+ */
+async function storeReserved(
+  ctx: BrokerContext,
+  keys: string[],
+  args: (string | number)[],
+  firstSeq: number,
+  bodies: Buffer[],
+  attached: boolean,
+): Promise<number[]> {
+  const scriptArgs = [...args, firstSeq, bodies.length];
+  const transaction = ctx.redis.multi();
+  if (attached) transaction.hset(keys[1], ...bodies.flatMap((body, i) => [firstSeq + i, body]));
+  ctx.scripts.queue(transaction, 'publish', keys, scriptArgs);
+  const replies = await transaction.exec();
+  const [error, result] = replies?.at(-1) ?? [new Error('The publish transaction was discarded.'), undefined];
+  if (Scripts.isNoScript(error)) return (await ctx.scripts.run('publish', keys, scriptArgs)) as number[];
+  if (error) throw error;
+  return result as number[];
+}
 
 /** Validates a publish request (reference §3) and packs the message bodies for storage. */
 function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {

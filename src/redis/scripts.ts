@@ -1,5 +1,5 @@
 import { readFileSync, readdirSync } from 'node:fs';
-import type { Cluster, Redis } from 'ioredis';
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import { packagePath } from '../paths.ts';
 
 /**
@@ -14,6 +14,7 @@ const LUA_DIR = packagePath('src', 'lua') + '/';
 const PRELUDE_FILE = 'prelude.lua';
 
 export const SCRIPT_NAMES = [
+  'reserve-messages',
   'publish',
   'pull',
   'acknowledge',
@@ -73,10 +74,23 @@ export class Scripts {
     return this.caller(`${commandName(name)}Buffer`)(keys.length, ...keys, ...args);
   }
 
+  /**
+   * Queues a script on a MULTI/EXEC transaction; its reply comes with EXEC's. After a SCRIPT
+   * FLUSH the EXEC reply holds a NOSCRIPT error for it (the rest of the transaction still ran):
+   * see isNoScript.
+   */
+  queue(transaction: ChainableCommander, name: ScriptName, keys: string[], args: Arg[]): void {
+    (transaction as unknown as Record<string, ScriptCaller>)[commandName(name)](keys.length, ...keys, ...args);
+  }
+
   /** Loads every script into the Redis script cache (used by readiness checks). */
   async loadAll(): Promise<void> {
     const nodes = 'nodes' in this.redis ? this.redis.nodes('master') : [this.redis];
     await Promise.all(nodes.flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))));
+  }
+
+  static isNoScript(error: Error | null | undefined): boolean {
+    return error?.message.startsWith('NOSCRIPT') ?? false;
   }
 
   private caller(command: string): ScriptCaller {
