@@ -14,6 +14,7 @@ import { Wakeups } from './broker/wakeups.ts';
 import websocket from '@fastify/websocket';
 import { MAX_STREAM_FRAME_BYTES } from '../routes/streaming.ts';
 import { ApiError, invalidArgument, unavailable } from './errors.ts';
+import { LIFT_ABOVE_BYTES, liftDataStrings, putBack } from './json-body.ts';
 import { Keys } from './redis/keys.ts';
 import { Scripts, type RedisClient } from './redis/scripts.ts';
 
@@ -169,25 +170,42 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
  */
 function acceptJsonBodies(app: FastifyInstance): void {
   const parseSafely = app.getDefaultJsonParser('error', 'error');
-  const malformed = () => invalidArgument('Invalid JSON payload received. Body is not valid JSON.');
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, bytes, done) => {
-    // Nearly every body is ASCII (base64 data, ack IDs): that becomes a string by plain copy,
-    // where decoding UTF-8 costs a pass over every byte.
-    const body = Buffer.isBuffer(bytes) ? (isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8')) : '';
-    // /\S/ stops at the first character of a JSON body; trim() would copy the whole body first.
-    if (!/\S/.test(body)) return done(null, {});
+  /** JSON.parse guarded against prototype poisoning; undefined when `text` is not valid JSON or poisons. */
+  const parseGuarded = (request: FastifyRequest, text: string): { value: unknown } | undefined => {
     // Prototype poisoning needs a "__proto__" or "constructor" key. Fastify's guarded parser scans
     // every body with regular expressions; a plain substring test lets nearly every body skip that.
-    if (body.includes('__proto__') || body.includes('constructor')) {
-      // Its own text names application/json whatever was sent, so one neutral message instead.
-      return parseSafely(request, body, (error, parsed) => (error ? done(malformed(), undefined) : done(null, parsed)));
+    if (text.includes('__proto__') || text.includes('constructor')) {
+      let result: { value: unknown } | undefined;
+      // Fastify's default parser calls back synchronously.
+      parseSafely(request, text, (error, parsed) => {
+        result = error ? undefined : { value: parsed };
+      });
+      return result;
     }
     try {
-      done(null, JSON.parse(body));
+      return { value: JSON.parse(text) };
     } catch {
-      done(malformed(), undefined);
+      return undefined;
     }
+  };
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, bytes, done) => {
+    if (!Buffer.isBuffer(bytes)) return done(null, {});
+    // Nearly every body is ASCII (base64 data, ack IDs): that becomes a string by plain copy,
+    // where decoding UTF-8 costs a pass over every byte.
+    const encoding = isAscii(bytes) ? 'latin1' : 'utf8';
+    // A large body (a big publish) is parsed without ever being one large string: see json-body.ts.
+    const lifted = bytes.length > LIFT_ABOVE_BYTES ? liftDataStrings(bytes, encoding) : undefined;
+    if (lifted) {
+      const parsed = parseGuarded(request, lifted.skeleton);
+      if (parsed && putBack(parsed.value, lifted.strings)) return done(null, parsed.value);
+    }
+    const body = bytes.toString(encoding);
+    // /\S/ stops at the first character of a JSON body; trim() would copy the whole body first.
+    if (!/\S/.test(body)) return done(null, {});
+    const parsed = parseGuarded(request, body);
+    // Fastify's own error text names application/json whatever was sent, so one neutral message instead.
+    return parsed ? done(null, parsed.value) : done(invalidArgument('Invalid JSON payload received. Body is not valid JSON.'), undefined);
   });
 }
 

@@ -1,0 +1,122 @@
+// Large bodies are parsed with their "data" strings lifted out (src/json-body.ts). Whenever that
+// path succeeds, its result must be exactly JSON.parse of the whole text: checked on random JSON
+// texts built to trip it (keys that end in `\"data`, duplicate keys, "data" inside strings and
+// attributes, placeholder-like strings, escapes, odd whitespace, broken texts).
+
+import t from 'tap';
+import { liftDataStrings, putBack } from '../../src/json-body.ts';
+import { seededRandom } from '../helpers/random.ts';
+
+/** The lifted path as app.ts runs it: the parsed body, or undefined when it hands over to JSON.parse. */
+function parseLifted(text: string): { value: unknown; strings: string[] } | undefined {
+  const bytes = Buffer.from(text);
+  const lifted = liftDataStrings(bytes, bytes.every((byte) => byte < 0x80) ? 'latin1' : 'utf8');
+  if (!lifted) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(lifted.skeleton);
+  } catch {
+    return undefined;
+  }
+  return putBack(value, lifted.strings) ? { value, strings: lifted.strings } : undefined;
+}
+
+t.test('a publish body takes the lifted path and parses exactly as JSON.parse', async (t) => {
+  const data = Array.from({ length: 100 }, (_, i) => Buffer.alloc(1024, i).toString('base64'));
+  const text = JSON.stringify({ messages: data.map((d, i) => ({ data: d, attributes: { i: String(i), data: 'not lifted' } })) });
+  const bytes = Buffer.from(text);
+  const lifted = liftDataStrings(bytes, 'latin1');
+  t.ok(lifted, 'lifted');
+  t.equal(lifted!.strings.length, 200, 'every "data" string: the messages\' and the attributes named data');
+  t.ok(lifted!.skeleton.length < 10_000, `the skeleton is small (${lifted!.skeleton.length} characters)`);
+  t.same(parseLifted(text)?.value, JSON.parse(text));
+});
+
+t.test('bodies the lifted path must hand over to JSON.parse', async (t) => {
+  const cases: [string, string][] = [
+    ['an escape in a data string', '{"messages":[{"data":"QUJD\\/"}]}'],
+    ['a key that ends in \\"data', '{"x\\"data":"QUJD"}'],
+    ['a duplicate data key', '{"data":"QUE=","data":"QkI="}'],
+    ['a placeholder-like data string next to a lifted one', '{"m":[{"data" : "\\u00000"},{"data":"QUJD"}]}'],
+    ['a placeholder-like string in an array', '{"m":["\\u00000"],"data":"QUJD"}'],
+    ['no closing quote', '{"data":"QUJD'],
+    ['no data string at all', '{"ackIds":["a","b"]}'],
+  ];
+  for (const [what, text] of cases) {
+    const result = parseLifted(text);
+    let expected: unknown;
+    try {
+      expected = JSON.parse(text);
+    } catch {
+      expected = undefined;
+    }
+    if (result) t.same(result.value, expected, `${what}: same result as JSON.parse`);
+    else t.pass(`${what}: handed over`);
+  }
+  t.notOk(parseLifted('{"data":"QUE=","data":"QkI="}'), 'a duplicate key is handed over (JSON.parse keeps the last)');
+  t.notOk(parseLifted('{"x\\"data":"QUJD"}'), 'a lifted string that is not the value of "data" is handed over');
+});
+
+// Random JSON texts, written by hand so that keys can repeat and whitespace can vary.
+const STRINGS = ['QUJD', 'QUJDRA==', '', 'data', '"data":"', '\\"data', '\u0000', '\u00000', '\u00001', '\u000012', 'a"b', 'a\\b', 'é', '日本', '\n', '}', '{"data":"x"}'];
+const KEYS = ['data', 'messages', 'attributes', 'x"data', 'DATA', '__data', 'data ', 'orderingKey'];
+
+function randomJson(random: ReturnType<typeof seededRandom>, depth: number): string {
+  const space = () => (random.chance(0.8) ? '' : random.pick([' ', '\n', '\t']));
+  const roll = random.next();
+  if (depth <= 0 || roll < 0.35) {
+    if (random.chance(0.85)) {
+      const text = random.chance(0.9) ? Buffer.alloc(random.int(0, 40), random.int(0, 255)).toString('base64') : random.pick(STRINGS);
+      return JSON.stringify(text);
+    }
+    return random.pick(['1', 'true', 'null', '-0.5e3']);
+  }
+  if (roll < 0.55) {
+    const items = Array.from({ length: random.int(0, 4) }, () => space() + randomJson(random, depth - 1) + space());
+    return `[${items.join(',')}]`;
+  }
+  // Mostly distinct keys, "data" first half of the time; now and then a repeated one.
+  const keys = random.someOf(KEYS, random.int(0, 5));
+  if (random.chance(0.5)) keys.unshift('data');
+  if (random.chance(0.1)) keys.push(random.pick(keys.length ? keys : KEYS));
+  const members = [...new Set(keys.slice(0, -1)), ...keys.slice(-1)].map(
+    (key) => `${space()}${JSON.stringify(key)}${space()}:${space()}${randomJson(random, depth - 1)}${space()}`,
+  );
+  return `{${members.join(',')}}`;
+}
+
+/** Breaks a text now and then: a cut, a stray character, a raw control character. */
+function maybeBreak(random: ReturnType<typeof seededRandom>, text: string): string {
+  if (!random.chance(0.15)) return text;
+  const at = random.int(0, text.length);
+  return random.pick([text.slice(0, at), text.slice(0, at) + random.pick(['"', '\\', ',', '\u0001', '\n']) + text.slice(at)]);
+}
+
+t.test('random texts: whenever the lifted path succeeds, it equals JSON.parse', async (t) => {
+  const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
+  t.comment(`SEED=${seed}`);
+  const random = seededRandom(seed);
+  let lifted = 0;
+  let mismatches = 0;
+  for (let i = 0; i < 20_000; i++) {
+    const text = maybeBreak(random, randomJson(random, 4));
+    const result = parseLifted(text);
+    if (!result) continue;
+    lifted++;
+    let expected: { value: unknown } | undefined;
+    try {
+      expected = { value: JSON.parse(text) };
+    } catch {
+      expected = undefined;
+    }
+    if (expected === undefined) {
+      // The documented exception: a raw control character inside a lifted string.
+      if (result.strings.some((s) => /[\u0000-\u001f]/.test(s))) continue;
+      if (mismatches++ < 5) t.fail(`the lifted path accepted a text JSON.parse refuses: ${JSON.stringify(text)}`);
+    } else if (JSON.stringify(result.value) !== JSON.stringify(expected.value)) {
+      if (mismatches++ < 5) t.fail(`different result for ${JSON.stringify(text)}`);
+    }
+  }
+  t.equal(mismatches, 0, 'no text parsed differently');
+  t.ok(lifted > 800, `the lifted path was taken for ${lifted} texts`);
+});
