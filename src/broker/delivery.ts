@@ -1,3 +1,4 @@
+import type { Pipeline } from 'ioredis';
 import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
@@ -7,6 +8,7 @@ import { packMessage, stampPublishTime, unpackMessage, withoutPublishTime } from
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import type { BrokerContext } from './context.ts';
+import { BinaryArgsCommand } from '../redis/binary-command.ts';
 import { Scripts } from '../redis/scripts.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
 import type { TopicRecord, TopicService } from './topics.ts';
@@ -527,7 +529,12 @@ async function storeReserved(
 ): Promise<number[]> {
   const scriptArgs = [...args, firstSeq, bodies.length];
   const transaction = ctx.redis.multi();
-  if (attached) transaction.hset(keys[1], ...bodies.flatMap((body, i) => [firstSeq + i, body]));
+  if (attached) {
+    // One pass into one buffer: ioredis's own HSET serialization cost ~1 µs per message (binary-command.ts).
+    const keyFieldsAndBodies: (string | Buffer)[] = [keys[1]];
+    bodies.forEach((body, i) => keyFieldsAndBodies.push(String(firstSeq + i), body));
+    (transaction as Pipeline).sendCommand(new BinaryArgsCommand('hset', keyFieldsAndBodies));
+  }
   ctx.scripts.queue(transaction, 'publish', keys, scriptArgs);
   const replies = await transaction.exec();
   const [error, result] = replies?.at(-1) ?? [new Error('The publish transaction was discarded.'), undefined];
