@@ -298,7 +298,11 @@ export class DeliveryService {
    */
   async checkSubscribeRegion(record: SubscriptionRecord): Promise<void> {
     if (!this.regions.multiRegion) return;
-    const topic = await this.topics.read(parseResourceName('topics', record.topic)).catch(() => undefined);
+    // A deleted topic has no policy left to enforce; any other failure to read it fails the call.
+    const topic = await this.topics.read(parseResourceName('topics', record.topic)).catch((error: unknown) => {
+      if (error instanceof ApiError && error.status === 'NOT_FOUND') return undefined;
+      throw error;
+    });
     if (topic?.uid !== record.topicUid) return;
     const policy = topic.messageStoragePolicy;
     if (policy?.enforceInTransit && !policy.allowedPersistenceRegions?.includes(this.regions.local.name)) {

@@ -53,6 +53,8 @@ t.test('regions', async (t) => {
     t.equal((await d.api('a', 'DELETE', topicPath('meta'))).status, 200);
     t.equal((await d.api('c', 'GET', topicPath('meta'))).status, 404, 'the delete reached c');
     t.equal((await d.api('b', 'GET', subPath('meta-sub'))).body.topic, '_deleted-topic_');
+    const orphanPull = await d.api('b', 'POST', `${subPath('meta-sub')}:pull`, { maxMessages: 1, returnImmediately: true });
+    t.same([orphanPull.status, orphanPull.body], [200, {}], 'a subscription of a deleted topic can still be pulled');
     t.equal((await d.api('c', 'DELETE', subPath('meta-sub'))).status, 200);
     t.equal((await d.api('a', 'GET', subPath('meta-sub'))).status, 404);
     // Created again after the delete: the tombstone's higher version does not hide the new one.
@@ -195,6 +197,15 @@ t.test('regions', async (t) => {
     const ackThroughB = await d.api('b', 'POST', `${subPath('in-transit-sub')}:acknowledge`, { ackIds: [message.ackId] });
     t.equal(ackThroughB.body.error?.status, 'FAILED_PRECONDITION', 'ack through b refused');
     t.same((await d.api('c', 'POST', `${subPath('in-transit-sub')}:acknowledge`, { ackIds: [message.ackId] })).body, {});
+    // When b cannot read the topic (its Redis fails right then), the check must not be skipped.
+    const topics = d.brokers.get('b')!.app.broker.topics;
+    const read = topics.read.bind(topics);
+    topics.read = async () => {
+      topics.read = read;
+      throw new Error('Connection is closed.');
+    };
+    const unreadable = await d.api('b', 'POST', `${subPath('in-transit-sub')}:pull`, { maxMessages: 1, returnImmediately: true });
+    t.same([unreadable.status, unreadable.body.error?.status], [503, 'UNAVAILABLE'], 'an unreadable topic fails the pull, not the policy');
 
     const empty = await d.api('a', 'PUT', topicPath('no-region'), { messageStoragePolicy: { allowedPersistenceRegions: [] } });
     t.equal(empty.status, 400, 'an empty list is refused');
