@@ -172,9 +172,10 @@ function acceptJsonBodies(app: FastifyInstance): void {
   const parseSafely = app.getDefaultJsonParser('error', 'error');
   /** JSON.parse guarded against prototype poisoning; undefined when `text` is not valid JSON or poisons. */
   const parseGuarded = (request: FastifyRequest, text: string): { value: unknown } | undefined => {
-    // Prototype poisoning needs a "__proto__" or "constructor" key. Fastify's guarded parser scans
-    // every body with regular expressions; a plain substring test lets nearly every body skip that.
-    if (text.includes('__proto__') || text.includes('constructor')) {
+    // Prototype poisoning needs a "__proto__" or "constructor" key, possibly spelled with \u
+    // escapes. Fastify's guarded parser scans every body with regular expressions; plain substring
+    // tests let nearly every body skip that.
+    if (text.includes('__proto__') || text.includes('constructor') || text.includes('\\u')) {
       let result: { value: unknown } | undefined;
       // Fastify's default parser calls back synchronously.
       parseSafely(request, text, (error, parsed) => {

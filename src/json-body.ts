@@ -9,14 +9,16 @@
  * is parsed as JSON, and every lifted string is put back where its placeholder landed.
  *
  * The result is exactly JSON.parse of the whole text whenever liftDataStrings and putBack both
- * succeed; otherwise the caller parses the whole text. A lifted string never holds a backslash
- * (no escapes) and runs to the next `"`; the `"` that opens it follows `"data":`, two unescaped
- * quotes around a colon, which in JSON can only close a key and open its value. putBack then
- * requires every placeholder to be the whole value of a "data" key, exactly once, so a key that
- * merely ends in `data` (written `\"data`), a duplicate key or a placeholder-like string in the
- * body sends the body down the ordinary path. The one difference: a lifted string with a raw
- * control character (invalid JSON) is not refused as malformed here; it is then not valid
- * base64, and the publish is refused for that instead.
+ * succeed; otherwise the caller parses the whole text. Why:
+ *   - A lifted string runs from `"data":"` to the next `"` and holds no backslash (no escapes)
+ *     and no control character (raw ones are invalid JSON), so it is valid string content.
+ *   - The quote after `data` and the one after the colon are unescaped (a letter and a colon
+ *     precede them), and in JSON two unescaped quotes around a colon can only close a key and
+ *     open its value. The quote before `data` may be escaped (a key that ends in `\"data`): then
+ *     the lifted string is still that key's value, and putBack sends the body down the ordinary
+ *     path because the key is not "data".
+ *   - putBack requires every placeholder to be the whole value of a "data" key, exactly once, so
+ *     a duplicate key or a placeholder spelled in the body itself also takes the ordinary path.
  */
 
 /** Bodies up to this size are parsed whole (their text is a regular string). */
@@ -25,6 +27,7 @@ export const LIFT_ABOVE_BYTES = 128 * 1024;
 const DATA_PREFIX = Buffer.from('"data":"');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+const CONTROL_CHARACTER = /[\u0000-\u001f]/;
 /**
  * Placeholders are `\u0000<index>`: JSON text that parses to NUL followed by the index. JSON can
  * spell NUL no other way (a raw one is invalid), so a body that has this text itself is not
@@ -42,7 +45,8 @@ export interface LiftedBody {
 
 /**
  * Lifts every `"data":"…"` string out of a body (decoded as `encoding`), or returns undefined when
- * there is none, one of them has an escape or no closing quote, or the body spells a NUL.
+ * there is none, one of them has an escape, a control character or no closing quote, or the
+ * body spells a NUL.
  */
 export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): LiftedBody | undefined {
   const pieces: string[] = [];
@@ -54,8 +58,10 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
     if (end === -1 || bytes.subarray(start, end).includes(BACKSLASH)) return undefined;
     const piece = bytes.toString(encoding, copiedUpTo, start);
     if (piece.includes(PLACEHOLDER_ESCAPE)) return undefined;
+    const string = bytes.toString(encoding, start, end);
+    if (CONTROL_CHARACTER.test(string)) return undefined;
     pieces.push(piece, `${PLACEHOLDER_ESCAPE}${strings.length}`);
-    strings.push(bytes.toString(encoding, start, end));
+    strings.push(string);
     copiedUpTo = end;
   }
   if (strings.length === 0) return undefined;
