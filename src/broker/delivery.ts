@@ -9,6 +9,7 @@ import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import type { BrokerContext } from './context.ts';
 import { BinaryArgsCommand } from '../redis/binary-command.ts';
+import type { TopicKeys } from '../redis/keys.ts';
 import { Scripts } from '../redis/scripts.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
 import type { TopicRecord, TopicService } from './topics.ts';
@@ -132,21 +133,20 @@ export class DeliveryService {
     }
     for (;;) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
-      const keys = [
-        data.state,
-        data.messages,
-        data.refs,
-        ...attachments.subscriptions.flatMap(({ uid }) => {
-          const sub = data.subscription(uid);
-          return [sub.ready, sub.keyed, sub.keyStates];
-        }),
-      ];
+      const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
+        const sub = data.subscription(uid);
+        return [sub.ready, sub.keyed, sub.keyStates];
+      });
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
       const args = [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags];
       const result =
         reservedSeq === undefined
-          ? ((await ctx.scripts.run('publish', keys, [...args, '', ...bodies.map(withoutPublishTime)])) as number[])
-          : await storeReserved(ctx, keys, args, reservedSeq, bodies, attachments.subscriptions.length > 0);
+          ? ((await ctx.scripts.run('publish', [data.state, data.messages, data.refs, ...subscriptionKeys], [
+              ...args,
+              '',
+              ...bodies.map(withoutPublishTime),
+            ])) as number[])
+          : await storeReserved(ctx, data, subscriptionKeys, args, reservedSeq, bodies);
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
         this.attachments.delete(cacheKey);
@@ -519,30 +519,35 @@ const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generati
 
 /**
  * The commit of a reserved publish: `HSET messages seq body ...` and publish.lua in one
- * MULTI/EXEC. No HSET when no subscription is attached: nothing would hold the bodies. When
- * publish.lua refuses, it deletes the bodies again. After a SCRIPT FLUSH only the script failed
- * (NOSCRIPT); it then runs by itself, which its checks make just as correct.
+ * MULTI/EXEC (no HSET when no subscription is attached: nothing would hold the bodies). When
+ * publish.lua refuses, it deletes the bodies again; when it finds the reservation committed
+ * already (a resent transaction), it changes nothing. After a SCRIPT FLUSH on a live
+ * connection only the script part failed (NOSCRIPT) and the HSET ran; the script then runs by
+ * itself, which its checks make just as correct. (If that run fails too, the bodies stay with
+ * no holder: a leak, never a loss, since the publish then fails and the client retries.)
  */
-async function storeReserved(
+export async function storeReserved(
   ctx: BrokerContext,
-  keys: string[],
-  args: (string | number)[],
+  data: TopicKeys,
+  subscriptionKeys: string[],
+  args: string[],
   firstSeq: number,
   bodies: Buffer[],
-  attached: boolean,
 ): Promise<number[]> {
   const scriptArgs = [...args, firstSeq, bodies.length];
   const transaction = ctx.redis.multi();
-  if (attached) {
+  if (subscriptionKeys.length > 0) {
     // One pass into one buffer: ioredis's own HSET serialization cost ~1 µs per message (binary-command.ts).
-    const keyFieldsAndBodies: (string | Buffer)[] = [keys[1]];
+    const keyFieldsAndBodies: (string | Buffer)[] = [data.messages];
     bodies.forEach((body, i) => keyFieldsAndBodies.push(String(firstSeq + i), body));
     (transaction as Pipeline).sendCommand(new BinaryArgsCommand('hset', keyFieldsAndBodies));
   }
-  ctx.scripts.queue(transaction, 'publish', keys, scriptArgs);
+  ctx.scripts.queue(transaction, 'publish', [data.state, data.messages, data.refs, ...subscriptionKeys], scriptArgs);
   const replies = await transaction.exec();
   const [error, result] = replies?.at(-1) ?? [new Error('The publish transaction was discarded.'), undefined];
-  if (Scripts.isNoScript(error)) return (await ctx.scripts.run('publish', keys, scriptArgs)) as number[];
+  if (Scripts.isNoScript(error)) {
+    return (await ctx.scripts.run('publish', [data.state, data.messages, data.refs, ...subscriptionKeys], scriptArgs)) as number[];
+  }
   if (error) throw error;
   return result as number[];
 }

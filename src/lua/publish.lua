@@ -7,8 +7,14 @@
       itself, and queued `HSET messages seq body ...` right before this script in one MULTI/EXEC.
       Passing 100 KB of bodies through Lua costs Redis a copy and a hash pass per body, plus the
       concatenation; a plain HSET skips all three (measured: 588 -> ~200 us per 100 x 1 KB). On
-      failure this script deletes those bodies again, so the transaction stores nothing.
-  KEYS[1]    topic state (HASH: seq, attachVersion, deleted)
+      a refusal this script deletes those bodies again, so the transaction stores nothing. The
+      commit takes away the reservation's state field; a commit that finds it gone was run
+      before (ioredis resends a transaction whose reply a dropped connection lost) and changes
+      nothing, since fanning out twice would give each subscription the seqs twice and reset
+      their reference counts: the first acks would then delete a body others still hold. (Its
+      HSET did run again: if every subscription had acked those messages meanwhile, their
+      bodies are stored again with no holder. A leak, in that double fault only.)
+  KEYS[1]    topic state (HASH: seq, attachVersion, deleted, reserved:<firstSeq>)
   KEYS[2]    message bodies (HASH seq -> body)
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
   KEYS[4..]  three keys per attached subscription, in the order the caller read them:
@@ -21,17 +27,15 @@
   ARGV[6]    '' when the bodies come in ARGV[7..]; else the first reserved seq of bodies already stored
   ARGV[7..]  the packed bodies without their time (see src/broker/message-codec.ts); or, with
              ARGV[6] set, one value: how many bodies are already stored
-  Returns    {1, firstSeq, publishTimeUs}   stored, seqs firstSeq .. firstSeq + n - 1
-                                            (publishTimeUs is this script's time either way)
-             {-1}                           the topic incarnation was deleted
-             {-2}                           attachments changed: re-read them and retry
+  Returns    {1, firstSeq}   stored (or stored before), seqs firstSeq .. firstSeq + n - 1
+             {-1}            the topic incarnation was deleted
+             {-2}            attachments changed: re-read them and retry (with the same reservation)
   Invariant: every subscription attached at publish time holds each new seq exactly once (in its
              ready list, or for an ordered one with a key, in its keyed ZSET with the key queued
-             or busy), and the body is kept while any of them holds it; a publish that returns
-             anything else leaves no body behind.
+             or busy), and the body is kept while any of them holds it; a refused publish leaves
+             no body behind.
 ]]
 local state_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3]
-local now = now_us(ARGV[1])
 local ordering_key, ordered_flags = ARGV[4], ARGV[5]
 local prestored = ARGV[6] ~= ''
 local first_body = 7
@@ -47,26 +51,28 @@ local first_seq, count, seqs
 if prestored then
   first_seq, count = tonumber(ARGV[6]), tonumber(ARGV[7])
   seqs = seq_range(first_seq, count)
+  if redis.call('HEXISTS', state_key, reservation_field(first_seq)) == 0 then return {1, first_seq} end
 else
   count = #ARGV - first_body + 1
 end
 
 local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion')
 local refusal = (state[1] and -1) or ((state[2] or '0') ~= ARGV[2] and -2) or nil
-if prestored and (refusal or subscriptions == 0) then
-  -- Nothing holds these bodies: take them out again (HDEL of absent fields is harmless).
-  redis.call('HDEL', messages_key, unpack(seqs))
+if refusal then
+  if prestored then redis.call('HDEL', messages_key, unpack(seqs)) end
+  return {refusal}
 end
-if refusal then return {refusal} end
 
-if not prestored then
+if prestored then
+  redis.call('HDEL', state_key, reservation_field(first_seq))
+else
   first_seq = redis.call('HINCRBY', state_key, 'seq', count) - count + 1
   seqs = seq_range(first_seq, count)
 end
-if subscriptions == 0 then return {1, first_seq, now} end
+if subscriptions == 0 then return {1, first_seq} end
 
 if not prestored then
-  local publish_time = string.format('%016.0f', now)
+  local publish_time = string.format('%016.0f', now_us(ARGV[1]))
   local bodies = {}
   for i = 1, count do
     bodies[2 * i - 1] = seqs[i]
@@ -103,4 +109,4 @@ for s = 1, subscriptions do
   end
 end
 redis.call('PUBLISH', ARGV[3], '1')
-return {1, first_seq, now}
+return {1, first_seq}

@@ -13,6 +13,8 @@ import { Command } from 'ioredis';
  * Overriding Command.toWritable is how ioredis sends its own scripts (Script.ts). Only the key
  * goes into the Command's own `args`, which is what ioredis reads them for (key-slot routing on
  * Redis Cluster); copying hundreds of arguments there cost as much again as writing them here.
+ * ioredis's `keyPrefix` option is not applied: the broker never sets it (keys.ts adds
+ * KEY_PREFIX to every key name itself).
  */
 export class BinaryArgsCommand extends Command {
   readonly #payload: Buffer;

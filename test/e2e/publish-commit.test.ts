@@ -6,10 +6,15 @@
 //   - the broker dies after reserving (the commit never runs);
 //   - the topic is deleted, or a subscription attached, in between;
 //   - the script cache is flushed (the script part of the MULTI/EXEC answers NOSCRIPT);
+//   - the commit runs twice (ioredis resends a transaction whose reply a dropped connection
+//     lost): the second run changes nothing, so no subscription gets a message twice and no
+//     body is deleted while another subscription still holds it;
 //   - the publish time is the reserved one, stamped by the broker.
 import t, { type Test } from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
+import { storeReserved } from '../../src/broker/delivery.ts';
 import { formatTimestampUs } from '../../src/broker/durations.ts';
+import { packMessage, stampPublishTime } from '../../src/broker/message-codec.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, unb64, type TestBroker } from '../helpers/app.ts';
 import { redisTargets, type RedisTarget } from '../helpers/redis.ts';
@@ -103,6 +108,37 @@ for (const target of redisTargets()) {
     t.same((await broker.redis.hkeys(data.messages)).sort(), ['1', '2', '3'], 'each body stored once');
     t.same(await pullTexts(broker, 'first'), ['one', 'two', 'three'], 'each delivered once');
     t.same(await pullTexts(broker, 'first'), [], 'and nothing more');
+  });
+
+  t.test(`${target.name}: a commit run twice changes nothing the second time`, async (t) => {
+    const { broker } = await setUp(t, target, 'commit-twice');
+    await broker.api('PUT', '/v1/projects/p/subscriptions/second', { topic: topicName.full });
+    const { ctx } = broker.app.broker;
+    const data = await dataKeys(broker);
+    const [, firstSeq, publishTimeUs] = (await ctx.scripts.run('reserve-messages', [data.state], [ctx.clock.scriptTime(), 2])) as number[];
+    const bodies = ['a', 'b'].map((text) => packMessage(b64(text))!.packed);
+    for (const body of bodies) stampPublishTime(body, publishTimeUs);
+    const attached = Object.keys(await broker.redis.hgetall(data.attached));
+    const subscriptionKeys = attached.flatMap((uid) => {
+      const sub = data.subscription(uid);
+      return [sub.ready, sub.keyed, sub.keyStates];
+    });
+    const record = await broker.app.broker.topics.read(topicName);
+    const args = [ctx.clock.scriptTime(), (await broker.redis.hget(data.state, 'attachVersion')) ?? '0', ctx.keys.wakeChannel(record.uid), '', '00'];
+    const commit = () => storeReserved(ctx, data, subscriptionKeys, args, firstSeq, bodies);
+    t.same(await commit(), [1, firstSeq], 'committed');
+    t.same(await commit(), [1, firstSeq], 'the second run answers the same');
+    for (const uid of attached) {
+      t.same(await broker.redis.lrange(data.subscription(uid).ready, 0, -1), [String(firstSeq), String(firstSeq + 1)], 'each seq queued once');
+    }
+    t.same(await broker.redis.hgetall(data.refs), { [firstSeq]: '2', [firstSeq + 1]: '2' }, 'two holders per body');
+    for (const sub of ['first', 'second']) {
+      const { body } = await broker.api('POST', `/v1/projects/p/subscriptions/${sub}:pull`, { maxMessages: 10, returnImmediately: true });
+      t.same(body.receivedMessages.map((m: any) => unb64(m.message.data)), ['a', 'b'], `${sub} receives each message once`);
+      await broker.api('POST', `/v1/projects/p/subscriptions/${sub}:acknowledge`, { ackIds: body.receivedMessages.map((m: any) => m.ackId) });
+    }
+    t.equal(await broker.redis.hlen(data.messages), 0, 'no body left once both acked');
+    t.equal(await broker.redis.hexists(data.state, `reserved:${firstSeq}`), 0, 'the reservation is gone');
   });
 
   t.test(`${target.name}: the publish time is the reserved one, stamped by the broker`, async (t) => {
