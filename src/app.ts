@@ -190,8 +190,11 @@ function acceptJsonBodies(app: FastifyInstance): void {
     }
   };
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, bytes, done) => {
-    if (!Buffer.isBuffer(bytes)) return done(null, {});
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, raw, done) => {
+    if (!Buffer.isBuffer(raw)) return done(null, {});
+    // A UTF-8 byte order mark is ignored (RFC 8259 allows that), on every path alike: Fastify's
+    // guarded parser would drop it, plain JSON.parse would refuse it.
+    const bytes = raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf ? raw.subarray(3) : raw;
     // Nearly every body is ASCII (base64 data, ack IDs): that becomes a string by plain copy,
     // where decoding UTF-8 costs a pass over every byte.
     const encoding = isAscii(bytes) ? 'latin1' : 'utf8';

@@ -1,16 +1,11 @@
-import type { Pipeline } from 'ioredis';
 import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
 import { formatTimestampUs } from './durations.ts';
-import { packMessage, stampPublishTime, unpackMessage, withoutPublishTime } from './message-codec.ts';
+import { packMessage, unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
-import type { BrokerContext } from './context.ts';
-import { BinaryArgsCommand } from '../redis/binary-command.ts';
-import type { TopicKeys } from '../redis/keys.ts';
-import { Scripts } from '../redis/scripts.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
 import type { TopicRecord, TopicService } from './topics.ts';
 import type { Waiter } from './wakeups.ts';
@@ -122,15 +117,6 @@ export class DeliveryService {
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
-    // Without an ordering key the bodies go around Lua (see publish.lua): reserve their seqs and
-    // publish time first, stamp the bodies, then store and fan out in one MULTI/EXEC.
-    let reservedSeq: number | undefined;
-    if (orderingKey === '') {
-      const [status, firstSeq, publishTimeUs] = (await ctx.scripts.run('reserve-messages', [data.state], [ctx.clock.scriptTime(), bodies.length])) as number[];
-      if (status === -1) throw notFound(topicName.id);
-      for (const body of bodies) stampPublishTime(body, publishTimeUs);
-      reservedSeq = firstSeq;
-    }
     for (;;) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
       const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
@@ -138,15 +124,12 @@ export class DeliveryService {
         return [sub.ready, sub.keyed, sub.keyStates];
       });
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
-      const args = [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags];
-      const result =
-        reservedSeq === undefined
-          ? ((await ctx.scripts.run('publish', [data.state, data.messages, data.refs, ...subscriptionKeys], [
-              ...args,
-              '',
-              ...bodies.map(withoutPublishTime),
-            ])) as number[])
-          : await storeReserved(ctx, data, subscriptionKeys, args, reservedSeq, bodies);
+      // Encoded in one pass: the bodies are nearly all of the call (binary-command.ts).
+      const result = (await ctx.scripts.runEncoded(
+        'publish',
+        [data.state, data.messages, data.refs, ...subscriptionKeys],
+        [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
+      )) as number[];
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
         this.attachments.delete(cacheKey);
@@ -516,41 +499,6 @@ const publishTimes = {
 };
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
-
-/**
- * The commit of a reserved publish: `HSET messages seq body ...` and publish.lua in one
- * MULTI/EXEC (no HSET when no subscription is attached: nothing would hold the bodies). When
- * publish.lua refuses, it deletes the bodies again; when it finds the reservation committed
- * already (a resent transaction), it changes nothing. After a SCRIPT FLUSH on a live
- * connection only the script part failed (NOSCRIPT) and the HSET ran; the script then runs by
- * itself, which its checks make just as correct. (If that run fails too, the bodies stay with
- * no holder: a leak, never a loss, since the publish then fails and the client retries.)
- */
-export async function storeReserved(
-  ctx: BrokerContext,
-  data: TopicKeys,
-  subscriptionKeys: string[],
-  args: string[],
-  firstSeq: number,
-  bodies: Buffer[],
-): Promise<number[]> {
-  const scriptArgs = [...args, firstSeq, bodies.length];
-  const transaction = ctx.redis.multi();
-  if (subscriptionKeys.length > 0) {
-    // One pass into one buffer: ioredis's own HSET serialization cost ~1 µs per message (binary-command.ts).
-    const keyFieldsAndBodies: (string | Buffer)[] = [data.messages];
-    bodies.forEach((body, i) => keyFieldsAndBodies.push(String(firstSeq + i), body));
-    (transaction as Pipeline).sendCommand(new BinaryArgsCommand('hset', keyFieldsAndBodies));
-  }
-  ctx.scripts.queue(transaction, 'publish', [data.state, data.messages, data.refs, ...subscriptionKeys], scriptArgs);
-  const replies = await transaction.exec();
-  const [error, result] = replies?.at(-1) ?? [new Error('The publish transaction was discarded.'), undefined];
-  if (Scripts.isNoScript(error)) {
-    return (await ctx.scripts.run('publish', [data.state, data.messages, data.refs, ...subscriptionKeys], scriptArgs)) as number[];
-  }
-  if (error) throw error;
-  return result as number[];
-}
 
 /** Validates a publish request (reference §3) and packs the message bodies for storage. */
 function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {

@@ -1,13 +1,8 @@
 /**
- * How a message is stored: once per topic, in one hash field.
+ * How a message is stored: once per topic, in one hash field. The publish script puts the
+ * publish time (16 ASCII digits, microseconds) in front of what the broker packs:
  *
- *   [publish time: 16 ASCII digits, microseconds][u32 big-endian length of M]
- *   [M: JSON [attributes, orderingKey] or empty][raw data bytes]
- *
- * The broker packs everything after the time and leaves room for it in front. Who writes the
- * time depends on the request (see src/lua/publish.lua): without an ordering key the broker
- * stamps it (stampPublishTime, with the time reserve-messages returned); with one, publish.lua
- * prepends it to `withoutPublishTime(packed)`.
+ *   [u32 big-endian length of M][M: JSON [attributes, orderingKey] or empty][raw data bytes]
  *
  * Raw bytes (not base64) keep Redis memory per 1 KB message near 1 KB.
  */
@@ -20,22 +15,11 @@ export interface StoredMessage {
 
 const TIME_DIGITS = 16;
 
-/** Writes the publish time into the room packMessage left for it. */
-export function stampPublishTime(packed: Buffer, publishTimeUs: number): void {
-  packed.write(String(publishTimeUs).padStart(TIME_DIGITS, '0'), 0, TIME_DIGITS, 'latin1');
-}
-
-/** A packed message without the room for the time (a view, not a copy): what publish.lua prepends to. */
-export function withoutPublishTime(packed: Buffer): Buffer {
-  return packed.subarray(TIME_DIGITS);
-}
-
 /**
  * Packs a message whose data arrives as base64 (proto3 JSON bytes: standard or URL-safe alphabet,
  * with or without padding), decoding it straight into the stored buffer. Node's decoder reads
  * both alphabets and skips anything else, so the data is well-formed exactly when it decodes to
- * the length its size implies. Returns undefined when it is not valid base64. The first 16 bytes
- * are room for the publish time, left unwritten.
+ * the length its size implies. Returns undefined when it is not valid base64.
  */
 export function packMessage(
   base64Data: string,
@@ -48,10 +32,10 @@ export function packMessage(
   const dataBytes = Math.floor((length * 3) / 4);
   const hasMeta = (attributes && Object.keys(attributes).length > 0) || orderingKey;
   const meta = hasMeta ? Buffer.from(JSON.stringify([attributes ?? {}, orderingKey ?? ''])) : undefined;
-  const dataStart = TIME_DIGITS + 4 + (meta?.length ?? 0);
+  const dataStart = 4 + (meta?.length ?? 0);
   const packed = Buffer.allocUnsafe(dataStart + dataBytes);
-  packed.writeUInt32BE(meta?.length ?? 0, TIME_DIGITS);
-  meta?.copy(packed, TIME_DIGITS + 4);
+  packed.writeUInt32BE(meta?.length ?? 0, 0);
+  meta?.copy(packed, 4);
   if (packed.write(base64Data, dataStart, 'base64') !== dataBytes) return undefined;
   return { packed, dataBytes };
 }

@@ -173,8 +173,3 @@ local function may_put(mode, expected, new_json, new_version, current)
   if new_version ~= current_version then return new_version > current_version end
   return new_json > current
 end
-
--- The state field that marks a reservation of reserve-messages as not yet committed.
-local function reservation_field(first_seq)
-  return string.format('reserved:%.0f', first_seq)
-end

@@ -1,27 +1,26 @@
 import { Command } from 'ioredis';
 
 /**
- * A Redis command with many large Buffer arguments (a publish's `HSET messages seq body ...`),
- * written into one buffer in one pass.
+ * A Redis command with many large Buffer arguments (a publish's EVALSHA with 100 message
+ * bodies), written into one buffer in one pass.
  *
  * ioredis writes each Buffer argument as three pieces (length line, bytes, CRLF) and each string
  * as one, measuring each piece twice and writing each with its own native call, then copies the
- * lot into one buffer: ~120 µs for an HSET of 100 values of 1 KB, about a microsecond per
- * published message. Here the text between two Buffers is one string written with one call, and
- * each Buffer is one copy: ~20 µs.
+ * lot into one buffer: ~120 µs for 100 values of 1 KB, about a microsecond per published
+ * message. Here the text between two Buffers is one string written with one call, and each
+ * Buffer is one copy: ~20 µs.
  *
- * Overriding Command.toWritable is how ioredis sends its own scripts (Script.ts). Only the key
- * goes into the Command's own `args`, which is what ioredis reads them for (key-slot routing on
- * Redis Cluster); copying hundreds of arguments there cost as much again as writing them here.
+ * Overriding Command.toWritable is how ioredis sends its own scripts (Script.ts). The Command's
+ * own `args` get only `routing`, the arguments ioredis reads keys from (key-slot routing on
+ * Redis Cluster): copying hundreds of arguments there cost as much again as writing them here.
  * ioredis's `keyPrefix` option is not applied: the broker never sets it (keys.ts adds
  * KEY_PREFIX to every key name itself).
  */
 export class BinaryArgsCommand extends Command {
   readonly #payload: Buffer;
 
-  /** `args` start with the command's one key. */
-  constructor(name: string, args: (string | Buffer)[]) {
-    super(name, args.slice(0, 1));
+  constructor(name: string, args: (string | Buffer)[], routing: string[]) {
+    super(name, routing);
     this.#payload = encodeCommand(name, args);
   }
 

@@ -1,6 +1,8 @@
+import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
-import type { ChainableCommander, Cluster, Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { packagePath } from '../paths.ts';
+import { BinaryArgsCommand } from './binary-command.ts';
 
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
@@ -14,7 +16,6 @@ const LUA_DIR = packagePath('src', 'lua') + '/';
 const PRELUDE_FILE = 'prelude.lua';
 
 export const SCRIPT_NAMES = [
-  'reserve-messages',
   'publish',
   'pull',
   'acknowledge',
@@ -56,6 +57,7 @@ function loadScriptSources(): Map<ScriptName, string> {
 
 export class Scripts {
   private readonly sources = loadScriptSources();
+  private readonly shas = new Map([...this.sources].map(([name, lua]) => [name, createHash('sha1').update(lua).digest('hex')]));
 
   constructor(private readonly redis: RedisClient) {
     for (const [name, lua] of this.sources) {
@@ -75,22 +77,30 @@ export class Scripts {
   }
 
   /**
-   * Queues a script on a MULTI/EXEC transaction; its reply comes with EXEC's. After a SCRIPT
-   * FLUSH the EXEC reply holds a NOSCRIPT error for it (the rest of the transaction still ran):
-   * see isNoScript.
+   * Runs a script whose arguments are mostly large Buffers (publish's message bodies), written
+   * in one pass (binary-command.ts) instead of by ioredis's per-argument serialization: ~1 µs
+   * less broker CPU per published message. It sends EVALSHA; when the script cache was emptied
+   * (NOSCRIPT: a Redis restart, SCRIPT FLUSH) it loads every script and sends the call again.
    */
-  queue(transaction: ChainableCommander, name: ScriptName, keys: string[], args: Arg[]): void {
-    (transaction as unknown as Record<string, ScriptCaller>)[commandName(name)](keys.length, ...keys, ...args);
+  async runEncoded(name: ScriptName, keys: string[], args: (string | Buffer)[]): Promise<unknown> {
+    const sha = this.shas.get(name)!;
+    const send = () =>
+      this.redis.sendCommand(
+        new BinaryArgsCommand('evalsha', [sha, String(keys.length), ...keys, ...args], [sha, String(keys.length), ...keys]),
+      ) as Promise<unknown>;
+    try {
+      return await send();
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      await this.loadAll();
+      return send();
+    }
   }
 
   /** Loads every script into the Redis script cache (used by readiness checks). */
   async loadAll(): Promise<void> {
     const nodes = 'nodes' in this.redis ? this.redis.nodes('master') : [this.redis];
     await Promise.all(nodes.flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))));
-  }
-
-  static isNoScript(error: Error | null | undefined): boolean {
-    return error?.message.startsWith('NOSCRIPT') ?? false;
   }
 
   private caller(command: string): ScriptCaller {

@@ -71,6 +71,17 @@ t.test('large publish bodies', async (t) => {
     }
   });
 
+  t.test('a byte order mark is ignored in large and small bodies alike', async (t) => {
+    const filler = Buffer.alloc(1000, 5).toString('base64');
+    const large = `{"messages":[${Array.from({ length: 120 }, () => `{"data":"${filler}"}`).join(',')}]}`;
+    const small = '{"messages":[{"data":"QUJD"}]}';
+    for (const [what, text, count] of [['large', large, 120], ['small', small, 1]] as const) {
+      const published = await send(broker, `\ufeff${text}`);
+      t.equal(published.status, 200, `${what}: accepted`);
+      t.equal((await pullAll(broker)).length, count, `${what}: every message stored`);
+    }
+  });
+
   t.test('broken or poisoned large bodies are refused like small ones', async (t) => {
     const filler = Buffer.alloc(1000, 9).toString('base64');
     const body = `{"messages":[${Array.from({ length: 120 }, () => `{"data":"${filler}"}`).join(',')}]}`;

@@ -1,4 +1,4 @@
-// The one-pass RESP writer of big binary commands (a publish's HSET) writes exactly the bytes
+// The one-pass RESP writer of big binary commands (a publish's EVALSHA) writes exactly the bytes
 // ioredis's own serialization writes for the same arguments: random strings (any text) and
 // Buffers (any size, empty included).
 
@@ -29,7 +29,10 @@ t.test('same bytes as ioredis for random arguments', async (t) => {
 });
 
 t.test('the command routes by its key and writes the whole payload', async (t) => {
-  const command = new BinaryArgsCommand('hset', ['{tag}:messages', '1', Buffer.from('body')]);
-  t.same(command.getKeys(), ['{tag}:messages'], 'the key, for Redis Cluster slot routing');
-  t.equal(command.toWritable().toString(), '*4\r\n$4\r\nhset\r\n$14\r\n{tag}:messages\r\n$1\r\n1\r\n$4\r\nbody\r\n');
+  const command = new BinaryArgsCommand('evalsha', ['0123', '2', '{tag}:a', '{tag}:b', Buffer.from('body')], ['0123', '2', '{tag}:a', '{tag}:b']);
+  t.same(command.getKeys(), ['{tag}:a', '{tag}:b'], 'the keys, for Redis Cluster slot routing');
+  t.equal(
+    command.toWritable().toString(),
+    '*6\r\n$7\r\nevalsha\r\n$4\r\n0123\r\n$1\r\n2\r\n$7\r\n{tag}:a\r\n$7\r\n{tag}:b\r\n$4\r\nbody\r\n',
+  );
 });
