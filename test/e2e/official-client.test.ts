@@ -40,6 +40,7 @@
 
 process.env.METADATA_SERVER_DETECTION = 'none';
 
+import { randomBytes } from 'node:crypto';
 import diagnosticsChannel from 'node:diagnostics_channel';
 import type { ClientRequest } from 'node:http';
 import { createRequire } from 'node:module';
@@ -48,6 +49,7 @@ import t, { type Test } from 'tap';
 import type { ClientConfig } from '@google-cloud/pubsub';
 import { Redis } from 'ioredis';
 import { buildApp } from '../../src/app.ts';
+import { LIFT_ABOVE_BYTES } from '../../src/json-body.ts';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
 
 const outgoing: string[] = [];
@@ -72,9 +74,10 @@ const PROJECT = 'test-project';
 const redis = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
 const app = await buildApp({ redis, keyPrefix: uniquePrefix('official'), pullWaitMs: 2000 });
 // What reached the broker, to check the wire format the client really uses.
-const wire: { method: string; url: string; authorization?: string; body: unknown }[] = [];
+const wire: { method: string; url: string; authorization?: string; body: unknown; bytes: number }[] = [];
 app.addHook('preHandler', async (request) => {
-  wire.push({ method: request.method, url: request.url, authorization: request.headers.authorization, body: request.body });
+  const bytes = Number(request.headers['content-length'] ?? 0);
+  wire.push({ method: request.method, url: request.url, authorization: request.headers.authorization, body: request.body, bytes });
 });
 await app.listen({ port: 0, host: '127.0.0.1' });
 const port = (app.server.address() as AddressInfo).port;
@@ -273,6 +276,35 @@ t.test('publish, pull, acknowledge, modifyAckDeadline', async (t) => {
   await subscriber.acknowledge({ subscription, ackIds: [first.ackId!] });
   const [empty] = await subscriber.pull({ subscription, maxMessages: 10, returnImmediately: true });
   t.same(empty.receivedMessages ?? [], [], 'nothing left after the acks');
+});
+
+t.test('a batch over 128 KB (parsed with its data lifted out) arrives intact', async (t) => {
+  const topicId = unique('big-topic');
+  const subId = unique('big-sub');
+  const [topic] = await pubsub.createTopic(topicId);
+  await topic.createSubscription(subId);
+  t.teardown(async () => {
+    await pubsub.subscription(subId).delete();
+    await topic.delete();
+  });
+  const sent = Array.from({ length: 150 }, (_, i) => ({
+    data: randomBytes(1200),
+    attributes: { n: String(i), data: `attribute ${i}` },
+  }));
+  const ids = await Promise.all(sent.map((message) => topic.publishMessage(message)));
+  t.equal(new Set(ids).size, sent.length, 'every message published');
+  const publishes = wire.filter((request) => request.url.includes(topicId) && request.url.includes('publish'));
+  t.ok(publishes.some((request) => request.bytes > LIFT_ABOVE_BYTES), `a publish request over 128 KB (${publishes.map((r) => r.bytes).join(', ')} bytes)`);
+  const received = await pullMessages(subscriptionPath(subId), sent.length);
+  t.equal(received.length, sent.length, 'every message pulled');
+  const byN = new Map(received.map((r) => [r.message!.attributes!.n, r.message!]));
+  const mismatches = sent.filter(
+    (message) =>
+      !Buffer.from(byN.get(message.attributes.n)?.data as Uint8Array).equals(message.data) ||
+      byN.get(message.attributes.n)?.attributes?.data !== message.attributes.data,
+  );
+  t.equal(mismatches.length, 0, 'data and attributes as sent');
+  await subscriber.acknowledge({ subscription: subscriptionPath(subId), ackIds: received.map((r) => r.ackId!) });
 });
 
 t.test('exactly-once ack failures are decoded by the client', async (t) => {
