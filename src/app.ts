@@ -170,12 +170,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
  */
 function acceptJsonBodies(app: FastifyInstance): void {
   const parseSafely = app.getDefaultJsonParser('error', 'error');
-  /** JSON.parse guarded against prototype poisoning; undefined when `text` is not valid JSON or poisons. */
-  const parseGuarded = (request: FastifyRequest, text: string): { value: unknown } | undefined => {
-    // Prototype poisoning needs a "__proto__" or "constructor" key, possibly spelled with \u
-    // escapes. Fastify's guarded parser scans every body with regular expressions; plain substring
-    // tests let nearly every body skip that.
-    if (text.includes('__proto__') || text.includes('constructor') || text.includes('\\u')) {
+  /**
+   * JSON.parse, through Fastify's guarded parser when `guarded`; undefined when `text` is not
+   * valid JSON or poisons a prototype. Fastify's parser scans every text with regular
+   * expressions; the substring tests of the callers let nearly every body skip that.
+   */
+  const parse = (request: FastifyRequest, text: string, guarded: boolean): { value: unknown } | undefined => {
+    if (guarded) {
       let result: { value: unknown } | undefined;
       // Fastify's default parser calls back synchronously.
       parseSafely(request, text, (error, parsed) => {
@@ -189,6 +190,8 @@ function acceptJsonBodies(app: FastifyInstance): void {
       return undefined;
     }
   };
+  // Prototype poisoning needs a "__proto__" or "constructor" key, possibly spelled with \u escapes.
+  const namesPoison = (text: string) => text.includes('__proto__') || text.includes('constructor');
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, raw, done) => {
     if (!Buffer.isBuffer(raw)) return done(null, {});
@@ -201,13 +204,14 @@ function acceptJsonBodies(app: FastifyInstance): void {
     // A large body (a big publish) is parsed without ever being one large string: see json-body.ts.
     const lifted = bytes.length > LIFT_ABOVE_BYTES ? liftDataStrings(bytes, encoding) : undefined;
     if (lifted) {
-      const parsed = parseGuarded(request, lifted.skeleton);
+      // A skeleton's only \u escapes are its placeholders (json-body.ts): the names are enough.
+      const parsed = parse(request, lifted.skeleton, namesPoison(lifted.skeleton));
       if (parsed && putBack(parsed.value, lifted.strings)) return done(null, parsed.value);
     }
     const body = bytes.toString(encoding);
     // /\S/ stops at the first character of a JSON body; trim() would copy the whole body first.
     if (!/\S/.test(body)) return done(null, {});
-    const parsed = parseGuarded(request, body);
+    const parsed = parse(request, body, namesPoison(body) || body.includes('\\u'));
     // Fastify's own error text names application/json whatever was sent, so one neutral message instead.
     return parsed ? done(null, parsed.value) : done(invalidArgument('Invalid JSON payload received. Body is not valid JSON.'), undefined);
   });

@@ -30,9 +30,11 @@ const BACKSLASH = 0x5c;
 const CONTROL_CHARACTER = /[\u0000-\u001f]/;
 /**
  * Placeholders are `\u0000<index>`: JSON text that parses to NUL followed by the index. JSON can
- * spell NUL no other way (a raw one is invalid), so a body that has this text itself is not
- * lifted: then every NUL in the parsed skeleton is a placeholder's.
+ * spell NUL no other way (a raw one is invalid), and a body with any `\u` escape of its own is
+ * not lifted: so every NUL in the parsed skeleton is a placeholder's, and the skeleton's only
+ * escapes are placeholders (a key spelled with escapes, say `\u005f_proto__`, cannot hide in it).
  */
+const UNICODE_ESCAPE = '\\u';
 const PLACEHOLDER_ESCAPE = '\\u0000';
 const PLACEHOLDER_MARK = '\u0000';
 
@@ -45,8 +47,8 @@ export interface LiftedBody {
 
 /**
  * Lifts every `"data":"…"` string out of a body (decoded as `encoding`), or returns undefined when
- * there is none, one of them has an escape, a control character or no closing quote, or the
- * body spells a NUL.
+ * there is none, one of them has an escape, a control character or no closing quote, or the rest
+ * of the body has a `\u` escape.
  */
 export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): LiftedBody | undefined {
   const pieces: string[] = [];
@@ -57,7 +59,7 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
     const end = bytes.indexOf(QUOTE, start);
     if (end === -1 || bytes.subarray(start, end).includes(BACKSLASH)) return undefined;
     const piece = bytes.toString(encoding, copiedUpTo, start);
-    if (piece.includes(PLACEHOLDER_ESCAPE)) return undefined;
+    if (piece.includes(UNICODE_ESCAPE)) return undefined;
     const string = bytes.toString(encoding, start, end);
     if (CONTROL_CHARACTER.test(string)) return undefined;
     pieces.push(piece, `${PLACEHOLDER_ESCAPE}${strings.length}`);
@@ -66,7 +68,7 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
   }
   if (strings.length === 0) return undefined;
   const rest = bytes.toString(encoding, copiedUpTo);
-  if (rest.includes(PLACEHOLDER_ESCAPE)) return undefined;
+  if (rest.includes(UNICODE_ESCAPE)) return undefined;
   pieces.push(rest);
   return { skeleton: pieces.join(''), strings };
 }

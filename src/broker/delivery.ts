@@ -345,7 +345,11 @@ export class DeliveryService {
     if (reply.length <= 3) return { received: [], bytes: 0, nextDueUs };
     const oldestKeptUs = reply[2];
     const seqs: string[] = [];
-    for (let i = 3; i < reply.length; i += 2) seqs.push(String(reply[i]));
+    const generations: number[] = [];
+    for (let i = 3; i < reply.length; i += 2) {
+      seqs.push(String(reply[i]));
+      generations.push(Number(reply[i + 1]));
+    }
     // Read outside the script: Redis copies a body straight into the reply from here.
     const bodies = await ctx.redis.hmgetBuffer(data.messages, ...seqs);
     const codec = await this.options.ackIds();
@@ -354,7 +358,7 @@ export class DeliveryService {
     let bytes = 0;
     for (let j = 0; j < seqs.length; j++) {
       const seq = seqs[j];
-      const generation = Number(reply[3 + 2 * j + 1]);
+      const generation = generations[j];
       const body = bodies[j];
       if (!body) continue; // gone (its subscription or topic was deleted meanwhile)
       const stored = unpackMessage(body);

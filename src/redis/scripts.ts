@@ -83,11 +83,9 @@ export class Scripts {
    * (NOSCRIPT: a Redis restart, SCRIPT FLUSH) it loads every script and sends the call again.
    */
   async runEncoded(name: ScriptName, keys: string[], args: (string | Buffer)[]): Promise<unknown> {
-    const sha = this.shas.get(name)!;
-    const send = () =>
-      this.redis.sendCommand(
-        new BinaryArgsCommand('evalsha', [sha, String(keys.length), ...keys, ...args], [sha, String(keys.length), ...keys]),
-      ) as Promise<unknown>;
+    // The arguments before the script's own ARGV are all ioredis needs for routing.
+    const routing = [this.shas.get(name)!, String(keys.length), ...keys];
+    const send = () => this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], routing)) as Promise<unknown>;
     try {
       return await send();
     } catch (error) {

@@ -6,6 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import { WebSocket } from 'ws';
 import { buildApp } from '../../src/app.ts';
 import { redisTargets, uniquePrefix, type RedisClient } from '../helpers/redis.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
 export interface LiveBroker {
   app: FastifyInstance;
@@ -87,11 +88,7 @@ export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve
 
 /** Polls until `condition` holds; fails with `what` after `timeoutMs`. */
 export async function waitFor(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const giveUpAt = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > giveUpAt) throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`);
-    await sleep(10);
-  }
+  if (!(await waitUntil(condition, timeoutMs, 10))) throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`);
 }
 
 /**

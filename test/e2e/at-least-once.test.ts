@@ -15,7 +15,7 @@ import { ManualClock } from '../../src/broker/clock.ts';
 import { resourceName } from '../../src/broker/names.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
-import { redisTargets, type RedisClient, type RedisTarget } from '../helpers/redis.ts';
+import { masterNodes, redisTargets, type RedisClient, type RedisTarget } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
 
@@ -109,7 +109,7 @@ function paddingAliases(ackId: string): string[] {
 
 /** Every key of a Redis deployment matching a pattern (each master of a cluster). */
 async function scanKeys(redis: RedisClient, pattern: string): Promise<string[]> {
-  const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
+  const nodes = masterNodes(redis);
   const found: string[] = [];
   for (const node of nodes) {
     let cursor = '0';
@@ -123,7 +123,7 @@ async function scanKeys(redis: RedisClient, pattern: string): Promise<string[]> 
 }
 
 async function subscribersOf(redis: RedisClient, channel: string): Promise<number> {
-  const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
+  const nodes = masterNodes(redis);
   let total = 0;
   for (const node of nodes) {
     const reply = (await node.call('PUBSUB', 'NUMSUB', channel)) as [string, number];

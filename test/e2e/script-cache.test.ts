@@ -4,7 +4,7 @@
 
 import t from 'tap';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
-import { redisTargets } from '../helpers/redis.ts';
+import { masterNodes, redisTargets } from '../helpers/redis.ts';
 
 for (const target of redisTargets()) {
   t.test(`${target.name}: a publish after SCRIPT FLUSH is stored once`, async (t) => {
@@ -14,7 +14,7 @@ for (const target of redisTargets()) {
     const publish = (...texts: string[]) =>
       broker.api('POST', '/v1/projects/p/topics/cache:publish', { messages: texts.map((text) => ({ data: b64(text) })) });
     t.same((await publish('before')).body, { messageIds: ['1'] });
-    const nodes = 'nodes' in broker.redis ? broker.redis.nodes('master') : [broker.redis];
+    const nodes = masterNodes(broker.redis);
     await Promise.all(nodes.map((node) => node.script('FLUSH')));
     t.same((await publish('after-1', 'after-2')).body, { messageIds: ['2', '3'] }, 'accepted after the flush');
     const { body } = await broker.api('POST', '/v1/projects/p/subscriptions/cache:pull', { maxMessages: 10, returnImmediately: true });

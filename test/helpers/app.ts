@@ -8,12 +8,15 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import type { Clock } from '../../src/broker/clock.ts';
 import { redisTargets, uniquePrefix, type RedisClient, type RedisTarget } from './redis.ts';
+import { waitUntil } from './wait.ts';
+
+export type JsonApi = (method: string, url: string, body?: unknown) => Promise<{ status: number; body: any }>;
 
 export interface TestBroker {
   app: FastifyInstance;
   redis: RedisClient;
   prefix: string;
-  api: (method: string, url: string, body?: unknown) => Promise<{ status: number; body: any }>;
+  api: JsonApi;
 }
 
 interface Teardown {
@@ -32,15 +35,37 @@ export async function startBroker(
     await app.close();
     redis.disconnect();
   });
-  const api = async (method: string, url: string, body?: unknown) => {
+  return { app, redis, prefix, api: jsonApi(app) };
+}
+
+/**
+ * Requests to `app` (injected) sending JSON; the answer's body parsed as JSON (a body that is not
+ * JSON throws, or with `orText` comes back as text).
+ */
+export function jsonApi(app: FastifyInstance, { orText = false } = {}): JsonApi {
+  return async (method, url, body) => {
     const response = await app.inject({
       method: method as 'GET',
       url,
       ...(body === undefined ? {} : { payload: body as object, headers: { 'content-type': 'application/json' } }),
     });
-    return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : undefined };
+    return { status: response.statusCode, body: response.body ? parseBody(response.body, orText) : undefined };
   };
-  return { app, redis, prefix, api };
+}
+
+function parseBody(text: string, orText: boolean): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    if (orText) return text;
+    throw error;
+  }
+}
+
+/** Waits until `app`'s /readyz answers 200; throws `failure` after 15 s. */
+export async function waitReady(app: FastifyInstance, failure = 'not ready'): Promise<void> {
+  const ready = async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200;
+  if (!(await waitUntil(ready, 15_000, 50))) throw new Error(failure);
 }
 
 export const b64 = (text: string) => Buffer.from(text).toString('base64');

@@ -61,11 +61,14 @@ export async function startBrokerProcess(env: Record<string, string>, nodeArgs: 
   return { url, child, output: () => output };
 }
 
-export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+/** Sends `signal` and resolves once the process has exited; SIGKILLs it if it still runs after `killAfterMs` (when given). */
+export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM', killAfterMs?: number): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((done) => child.once('exit', done));
   child.kill(signal);
+  const fallback = killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), killAfterMs);
   await exited;
+  clearTimeout(fallback);
 }
 
 /** JSON over HTTP against a broker process; network failures come back as status 0. */

@@ -5,15 +5,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { freePort, tempDir } from './processes.ts';
+import { freePort, stopProcess, tempDir } from './processes.ts';
 
 export interface RedisProcess {
   port: number;
   url: string;
-  dir: string;
-  /** The running server, or undefined after kill(). */
-  child?: ChildProcess;
   /** Starts the server (again) on the same port and data directory; resolves once it answers PING. */
   start(): Promise<void>;
   /** SIGKILL; resolves once the process has exited. */
@@ -25,8 +23,6 @@ export interface RedisProcess {
   /** The server's log file (all its starts). */
   log(): string;
 }
-
-const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
 
 /** Every server started here and not killed yet: none may outlive this process. */
 const running = new Set<ChildProcess>();
@@ -43,12 +39,13 @@ export async function startRedisProcess(t: { teardown(fn: () => unknown): void }
   const dir = tempDir(t, name);
   const port = await freePort();
   const logFile = join(dir, 'redis.log');
+  /** The running server, or undefined after kill(). */
+  let current: ChildProcess | undefined;
   const server: RedisProcess = {
     port,
     url: `redis://127.0.0.1:${port}`,
-    dir,
     async start() {
-      if (server.child) throw new Error(`redis-server on ${port} is already running`);
+      if (current) throw new Error(`redis-server on ${port} is already running`);
       const child = spawn(
         'redis-server',
         [
@@ -64,7 +61,7 @@ export async function startRedisProcess(t: { teardown(fn: () => unknown): void }
         ],
         { stdio: 'ignore' },
       );
-      server.child = child;
+      current = child;
       running.add(child);
       child.once('exit', () => running.delete(child));
       const giveUpAt = Date.now() + 10_000;
@@ -76,18 +73,15 @@ export async function startRedisProcess(t: { teardown(fn: () => unknown): void }
       }
     },
     async kill() {
-      const child = server.child;
-      server.child = undefined;
-      if (!child || child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((done) => child.once('exit', done));
-      child.kill('SIGKILL');
-      await exited;
+      const child = current;
+      current = undefined;
+      if (child) await stopProcess(child, 'SIGKILL');
     },
     pause() {
-      server.child?.kill('SIGSTOP');
+      current?.kill('SIGSTOP');
     },
     resume() {
-      server.child?.kill('SIGCONT');
+      current?.kill('SIGCONT');
     },
     log() {
       try {

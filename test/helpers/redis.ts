@@ -22,6 +22,11 @@ import { REDIS_HOST, clusterPorts, skipCluster, standalonePort } from '../setup/
 
 export type RedisClient = Redis | Cluster;
 
+/** The connections to every master: the client itself, or each master of a cluster. */
+export function masterNodes(redis: RedisClient): Redis[] {
+  return 'nodes' in redis ? redis.nodes('master') : [redis];
+}
+
 export interface RedisTarget {
   name: 'standalone' | 'cluster';
   /** Creates a new client; the caller owns it and must quit() it. */

@@ -9,6 +9,7 @@
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { buildApp } from '../../src/app.ts';
+import { jsonApi, waitReady as waitAppReady } from './app.ts';
 import { startRedisProcess, type RedisProcess } from './redis-process.ts';
 import { uniquePrefix } from './redis.ts';
 
@@ -70,29 +71,18 @@ export async function startRegions(t: Teardown, names: string[], options: { pull
       for (const connection of connections) connection.disconnect();
     });
   }
-  const api = async (region: string, method: string, url: string, body?: unknown) => {
-    const response = await brokers.get(region)!.app.inject({
-      method: method as 'GET',
-      url,
-      ...(body === undefined ? {} : { payload: body as object, headers: { 'content-type': 'application/json' } }),
-    });
-    return { status: response.statusCode, body: response.body ? parseBody(response.body) : undefined };
-  };
-  const waitReady = async (region: string) => {
-    const giveUpAt = Date.now() + 15_000;
-    while ((await api(region, 'GET', '/readyz')).status !== 200) {
-      if (Date.now() > giveUpAt) throw new Error(`region ${region} not ready after 15 s`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  };
+  const api = async (region: string, method: string, url: string, body?: unknown) => jsonApi(brokers.get(region)!.app, { orText: true })(method, url, body);
+  const waitReady = (region: string) => waitAppReady(brokers.get(region)!.app, `region ${region} not ready after 15 s`);
   for (const name of names) await waitReady(name);
   return { redis, brokers, prefix, api, waitReady };
 }
 
-function parseBody(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
+/** The un-acked counts of `subscription` (its full name) by region, from a /metrics text. */
+export function unackedByRegion(metrics: string, subscription: string): Map<string, number> {
+  const counts = new Map<string, number>();
+  const line = /^pubsub_subscription_num_unacked_messages_by_region\{subscription="([^"]+)",region="([^"]*)"\} (\d+)$/gm;
+  for (const match of metrics.matchAll(line)) {
+    if (match[1] === subscription) counts.set(match[2], Number(match[3]));
   }
+  return counts;
 }

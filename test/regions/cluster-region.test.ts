@@ -4,7 +4,7 @@
 
 import t from 'tap';
 import { buildApp } from '../../src/app.ts';
-import { b64, unb64 } from '../helpers/app.ts';
+import { b64, jsonApi, unb64, waitReady } from '../helpers/app.ts';
 import { redisTargets, uniquePrefix, type RedisClient } from '../helpers/redis.ts';
 
 const targets = redisTargets();
@@ -38,17 +38,8 @@ t.test('a standalone region and a cluster region', { skip: cluster ? false : 'no
   t.teardown(() => connections.forEach((client) => client.disconnect()));
   const solo = await build('solo');
   const clustered = await build('clustered');
-  const api = async (app: typeof solo, method: string, url: string, body?: unknown) => {
-    const response = await app.inject({ method: method as 'GET', url, ...(body === undefined ? {} : { payload: body as object }) });
-    return { status: response.statusCode, body: JSON.parse(response.body) };
-  };
-  for (const app of [solo, clustered]) {
-    const giveUpAt = Date.now() + 15_000;
-    while ((await api(app, 'GET', '/readyz')).status !== 200) {
-      if (Date.now() > giveUpAt) throw new Error('not ready');
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
+  const api = (app: typeof solo, method: string, url: string, body?: unknown) => jsonApi(app)(method, url, body);
+  for (const app of [solo, clustered]) await waitReady(app);
 
   t.equal((await api(clustered, 'PUT', '/v1/projects/p/topics/both', {})).status, 200, 'a topic created through the cluster region');
   const created = await api(solo, 'PUT', '/v1/projects/p/subscriptions/both-sub', {

@@ -45,17 +45,21 @@
 
 import { randomInt } from 'node:crypto';
 import t, { type Test } from 'tap';
+import { b64, unb64 } from '../helpers/app.ts';
 import { seededRandom } from '../helpers/random.ts';
-import { startBrokerProcess, type BrokerProcess } from '../helpers/processes.ts';
+import { startBrokerProcess, stopProcess, type BrokerProcess } from '../helpers/processes.ts';
 import { killAllRedisProcesses, startRedisProcess } from '../helpers/redis-process.ts';
 import { uniquePrefix } from '../helpers/redis.ts';
+import { unackedByRegion as parseUnackedByRegion } from '../helpers/regions.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
 const SEED = process.env.SEED ? Number(process.env.SEED) : randomInt(2 ** 31);
 const MESSAGES = Number(process.env.MESSAGES ?? 3000);
 /** In name order the arbiter of control-plane writes is asia-east1, then europe-west1. */
 const REGION_NAMES = ['us-east1', 'europe-west1', 'asia-east1'];
 const rnd = seededRandom(SEED);
-const KILLED = process.env.KILL_REGION ? REGION_NAMES.indexOf(process.env.KILL_REGION) : rnd.int(0, REGION_NAMES.length - 1);
+const randomRegion = () => rnd.int(0, REGION_NAMES.length - 1);
+const KILLED = process.env.KILL_REGION ? REGION_NAMES.indexOf(process.env.KILL_REGION) : randomRegion();
 if (KILLED < 0) throw new Error(`KILL_REGION must be one of ${REGION_NAMES.join(', ')}`);
 
 const P = 'mr';
@@ -81,8 +85,6 @@ const MAX_PROBLEMS = 40;
 t.comment(`multi-region processes: SEED=${SEED} MESSAGES=${MESSAGES} KILL_REGION=${REGION_NAMES[KILLED]}`);
 
 const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, Math.max(0, ms)));
-const b64 = (text: string) => Buffer.from(text).toString('base64');
-const unb64 = (data: string | undefined) => Buffer.from(data ?? '', 'base64').toString();
 const subPath = (sub: string) => `/v1/projects/${P}/subscriptions/${sub}`;
 const topicPath = (topic: string) => `/v1/projects/${P}/topics/${topic}`;
 
@@ -93,15 +95,18 @@ const REGIONS = REGION_NAMES.map((name, i) => `${name}=${redises[i].url}`).join(
 const KEY_PREFIX = uniquePrefix('multi-region');
 const bootStarted = Date.now();
 const brokerStarts = await Promise.allSettled(
-  REGION_NAMES.map((name) => startBrokerProcess({ REGION: name, REGIONS, KEY_PREFIX, PULL_WAIT_SECONDS: '1', LOG_LEVEL: 'warn' })),
+  REGION_NAMES.map((name) => startBrokerProcess({ REGION: name, REGIONS, KEY_PREFIX, PULL_WAIT_SECONDS: '1' })),
 );
 const brokers: BrokerProcess[] = brokerStarts.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
 /** Nothing outlives this process, even when tap times it out (teardowns do not run then). */
-const killEverything = () => {
+const killBrokers = () => {
   for (const { child } of brokers) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+};
+const killEverything = () => {
+  killBrokers();
   killAllRedisProcesses();
 };
-process.on('exit', killEverything);
+process.on('exit', killBrokers); // redis-process.ts kills its redis-servers on exit itself
 t.on('timeout', killEverything);
 const failedStart = brokerStarts.find((result) => result.status === 'rejected');
 if (failedStart) {
@@ -109,17 +114,7 @@ if (failedStart) {
   throw (failedStart as PromiseRejectedResult).reason;
 }
 t.teardown(async () => {
-  await Promise.all(
-    brokers.map(async ({ child }) => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((done) => child.once('exit', done));
-      child.kill('SIGTERM');
-      if (!(await Promise.race([exited.then(() => true), sleep(3000).then(() => false)]))) {
-        child.kill('SIGKILL');
-        await exited;
-      }
-    }),
-  );
+  await Promise.all(brokers.map(({ child }) => stopProcess(child, 'SIGTERM', 3000)));
 });
 t.comment(`3 regions ready in ${Date.now() - bootStarted} ms: ${REGION_NAMES.map((name, i) => `${name} ${brokers[i].url} (redis ${redises[i].port})`).join(', ')}`);
 
@@ -159,13 +154,7 @@ const brief = (reply: Reply) => `${reply.status} ${reply.text.slice(0, 300)}`;
 /** Unacked counts of one subscription by region, as one endpoint's /metrics reports them. */
 async function unackedByRegion(region: number, sub: string): Promise<Map<string, number> | undefined> {
   const reply = await http(region, 'GET', '/metrics');
-  if (reply.status !== 200) return undefined;
-  const counts = new Map<string, number>();
-  const line = /^pubsub_subscription_num_unacked_messages_by_region\{subscription="([^"]+)",region="([^"]+)"\} (\d+)$/gm;
-  for (const match of reply.text.matchAll(line)) {
-    if (match[1] === `projects/${P}/subscriptions/${sub}`) counts.set(match[2], Number(match[3]));
-  }
-  return counts;
+  return reply.status === 200 ? parseUnackedByRegion(reply.text, `projects/${P}/subscriptions/${sub}`) : undefined;
 }
 
 const allZero = (counts: Map<string, number> | undefined) =>
@@ -182,15 +171,6 @@ function parseAckId(ackId: string): { region: string; generation: number } | und
 function regionOfMessageId(id: string): string {
   const match = /^(.+)-(\d+)$/.exec(id);
   return match ? match[1] : '';
-}
-
-async function waitUntil(done: () => boolean | Promise<boolean>, budgetMs: number, stepMs = 100): Promise<boolean> {
-  const giveUpAt = Date.now() + budgetMs;
-  for (;;) {
-    if (await done()) return true;
-    if (Date.now() > giveUpAt) return false;
-    await sleep(stepMs);
-  }
 }
 
 // ---------------------------------------------------------------- the ledger
@@ -216,7 +196,6 @@ interface PullRecord {
   recvAt: number;
   status: number;
   errorStatus?: string;
-  count: number;
   text: string;
 }
 
@@ -323,7 +302,6 @@ class Scenario {
       recvAt: reply.recvAt,
       status: reply.status,
       errorStatus: reply.body?.error?.status,
-      count: received.length,
       text: reply.status === 200 ? '' : reply.text.slice(0, 300),
     });
     if (reply.status !== 200) return undefined;
@@ -470,7 +448,7 @@ async function publishers(sc: Scenario, spanMs: number): Promise<void> {
         const n = Math.min(rnd.int(1, 20), MESSAGES - reserved);
         reserved += n;
         await sleep(started + (spanMs * reserved) / MESSAGES - Date.now());
-        const record = await sc.publish(`publisher${p}`, rnd.int(0, REGION_NAMES.length - 1), n);
+        const record = await sc.publish(`publisher${p}`, randomRegion(), n);
         if (record.status !== 200) {
           reserved -= n; // not published: someone publishes that many again
           await sleep(50);
@@ -483,7 +461,7 @@ async function publishers(sc: Scenario, spanMs: number): Promise<void> {
 /** One subscriber: pull through a random region, settle through random regions, move on. */
 async function subscriber(sc: Scenario, id: number, stop: () => boolean, lateAcks: boolean): Promise<void> {
   const name = `subscriber${id}`;
-  let via = rnd.int(0, REGION_NAMES.length - 1);
+  let via = randomRegion();
   let retries: string[] = [];
   let retryAt = 0;
   let batches = 0;
@@ -500,7 +478,7 @@ async function subscriber(sc: Scenario, id: number, stop: () => boolean, lateAck
       const batch = retries;
       retries = [];
       sc.stats.retries += batch.length;
-      again(await sc.ack(rnd.int(0, REGION_NAMES.length - 1), batch));
+      again(await sc.ack(randomRegion(), batch));
       if (stop()) {
         await sleep(100);
         continue;
@@ -530,19 +508,19 @@ async function subscriber(sc: Scenario, id: number, stop: () => boolean, lateAck
       lateDone = true;
       await sleep(DEADLINE_MS + 1500);
       sc.stats.lateAckIds += ackIds.length;
-      again(await sc.ack(rnd.int(0, REGION_NAMES.length - 1), ackIds, true));
+      again(await sc.ack(randomRegion(), ackIds, true));
       continue;
     }
     const nacks = ackIds.filter((_, i) => (id === 2 && batches === 2 && i === 0) || rnd.chance(NACK_PROBABILITY));
     const acks = ackIds.filter((ackId) => !nacks.includes(ackId));
     if (nacks.length > 0) {
       sc.stats.nacked += nacks.length;
-      await sc.nack(rnd.int(0, REGION_NAMES.length - 1), nacks);
+      await sc.nack(randomRegion(), nacks);
     }
     const parts = Math.min(rnd.int(1, 3), Math.max(acks.length, 1));
     for (let k = 0; k < parts; k++) {
       const chunk = acks.slice(Math.floor((k * acks.length) / parts), Math.floor(((k + 1) * acks.length) / parts));
-      if (chunk.length > 0) again(await sc.ack(rnd.int(0, REGION_NAMES.length - 1), chunk));
+      if (chunk.length > 0) again(await sc.ack(randomRegion(), chunk));
     }
   }
 }
@@ -564,7 +542,7 @@ async function runWorkload(t: Test, sc: Scenario, spanMs: number, budgetMs: numb
   let lastMetrics: Map<string, number> | undefined;
   const finished = await waitUntil(async () => {
     if (!sc.settled()) return false;
-    lastMetrics = await unackedByRegion(rnd.int(0, REGION_NAMES.length - 1), sc.sub);
+    lastMetrics = await unackedByRegion(randomRegion(), sc.sub);
     return allZero(lastMetrics);
   }, budgetMs - (Date.now() - started), 250);
   const elapsed = Date.now() - started;
@@ -575,7 +553,7 @@ async function runWorkload(t: Test, sc: Scenario, spanMs: number, budgetMs: numb
   stopped = true;
   await Promise.all(running);
   t.comment(`${sc.name}: published in ${publishMs} ms, everything acked after ${elapsed} ms`);
-  return { finished, elapsed };
+  return { finished };
 }
 
 // ---------------------------------------------------------------- analysis
@@ -755,7 +733,7 @@ function analyze(sc: Scenario) {
     if (sc.answerLostInCrash(id)) figures.answersLostInCrash.push(id);
     else sc.problem('exactly-once', `message ${id} never acked successfully (lost?): ${sc.describe(id)}`);
   }
-  return { ...figures, okPayload, allIds };
+  return { ...figures, okPayload };
 }
 
 /** Whatever is left: a final pull through every endpoint finds nothing, /metrics says 0 everywhere. */
@@ -794,44 +772,44 @@ async function create(t: Test, via: number, path: string, body: unknown, what: s
 
 t.test('exactly-once across regions with random disconnects: every message acked exactly once', async (t) => {
   const sc = new Scenario('s1', 'eod-topic', 'eod-sub');
-  await create(t, rnd.int(0, 2), topicPath(sc.topic), {}, 'topic');
-  const sub = await create(t, rnd.int(0, 2), subPath(sc.sub), { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'exactly-once subscription');
+  await create(t, randomRegion(), topicPath(sc.topic), {}, 'topic');
+  const sub = await create(t, randomRegion(), subPath(sc.sub), { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'exactly-once subscription');
   t.match(sub.body, { enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S });
 
   // A side subscription nobody else pulls: a lease that ran out and was not handed out again
   // must refuse its ack (the late acks of the workload mostly meet leases superseded already).
   const probe = 'eod-expiry-probe';
-  await create(t, rnd.int(0, 2), subPath(probe), { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'expiry probe subscription');
+  await create(t, randomRegion(), subPath(probe), { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'expiry probe subscription');
   const expiryProbe = async () => {
     await sleep(1000);
     let first: Reply | undefined;
     await waitUntil(async () => {
-      first = await http(rnd.int(0, 2), 'POST', `${subPath(probe)}:pull`, { maxMessages: 20, returnImmediately: true });
+      first = await http(randomRegion(), 'POST', `${subPath(probe)}:pull`, { maxMessages: 20, returnImmediately: true });
       return (first.body?.receivedMessages ?? []).length > 0;
     }, 10_000);
     const held: any[] = first?.body?.receivedMessages ?? [];
     t.ok(held.length > 0, `expiry probe holds ${held.length} messages`);
     await sleep(first!.recvAt + DEADLINE_MS + 1500 - Date.now());
-    const late = await http(rnd.int(0, 2), 'POST', `${subPath(probe)}:acknowledge`, { ackIds: held.map((m) => m.ackId) });
+    const late = await http(randomRegion(), 'POST', `${subPath(probe)}:acknowledge`, { ackIds: held.map((m) => m.ackId) });
     t.equal(late.status, 400, 'acks sent after the deadline of an expired lease fail');
     t.strictSame(late.body?.error?.details?.[0]?.metadata, Object.fromEntries(held.map((m) => [m.ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID'])), 'every one permanently');
     // The messages come back (a newer generation), and that delivery's ack works.
     const wanted = new Map(held.map((m) => [m.message.messageId, parseAckId(m.ackId)?.generation ?? 0]));
     const again = new Map<string, string>();
     await waitUntil(async () => {
-      const pull = await http(rnd.int(0, 2), 'POST', `${subPath(probe)}:pull`, { maxMessages: 1000, returnImmediately: true });
+      const pull = await http(randomRegion(), 'POST', `${subPath(probe)}:pull`, { maxMessages: 1000, returnImmediately: true });
       for (const m of pull.body?.receivedMessages ?? []) {
         if (wanted.has(m.message.messageId) && (parseAckId(m.ackId)?.generation ?? 0) > wanted.get(m.message.messageId)!) again.set(m.message.messageId, m.ackId);
       }
       return again.size === wanted.size;
     }, 10_000, 10);
     t.equal(again.size, wanted.size, 'the expired messages were delivered again, with a newer generation');
-    const acked = await http(rnd.int(0, 2), 'POST', `${subPath(probe)}:acknowledge`, { ackIds: [...again.values()] });
+    const acked = await http(randomRegion(), 'POST', `${subPath(probe)}:acknowledge`, { ackIds: [...again.values()] });
     t.strictSame({ status: acked.status, body: acked.body }, { status: 200, body: {} }, 'and the new delivery\'s acks succeed');
   };
 
   const { finished } = await runWorkload(t, sc, PUBLISH_SPAN_MS.s1, BUDGET_MS.s1, true, expiryProbe);
-  t.equal((await http(rnd.int(0, 2), 'DELETE', subPath(probe))).status, 200, 'expiry probe subscription deleted');
+  t.equal((await http(randomRegion(), 'DELETE', subPath(probe))).status, 200, 'expiry probe subscription deleted');
   const figures = analyze(sc);
   t.comment(
     `s1: ${figures.okPublishes} publishes, stored per region ${JSON.stringify(figures.storedIn)}, ${sc.deliveries.length} deliveries (${figures.redeliveries} redeliveries, ` +
@@ -865,10 +843,10 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
   const live = REGION_NAMES.map((_, i) => i).filter((i) => i !== KILLED);
   const [liveA, liveB] = rnd.chance(0.5) ? live : [live[1], live[0]];
   const topicName = `projects/${P}/topics/${sc.topic}`;
-  await create(t, rnd.int(0, 2), topicPath(sc.topic), {}, 'topic');
-  await create(t, rnd.int(0, 2), subPath(sc.sub), { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'exactly-once subscription');
+  await create(t, randomRegion(), topicPath(sc.topic), {}, 'topic');
+  await create(t, randomRegion(), subPath(sc.sub), { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'exactly-once subscription');
   // A probe subscription with a long deadline: its acks fail while the store is down and succeed after.
-  await create(t, rnd.int(0, 2), subPath('outage-probe'), { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: 120 }, 'probe subscription');
+  await create(t, randomRegion(), subPath('outage-probe'), { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: 120 }, 'probe subscription');
   const labels = { phase: 'outage', seed: String(SEED) };
   let sub2Create: Reply | undefined;
   let postRecovery: PublishRecord | undefined;
@@ -1033,7 +1011,7 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
       got.add(m.message.messageId);
       if (figures.okPayload.get(unb64(m.message.data)) !== m.message.messageId && !figures.extras.has(m.message.messageId)) strays.push(`unknown ${m.message.messageId}`);
     }
-    const ack = await http(rnd.int(0, 2), 'POST', `${subPath('outage-new-sub')}:acknowledge`, { ackIds: received.map((m) => m.ackId) });
+    const ack = await http(randomRegion(), 'POST', `${subPath('outage-new-sub')}:acknowledge`, { ackIds: received.map((m) => m.ackId) });
     if (ack.status !== 200) strays.push(`ack failed: ${brief(ack)}`);
   }
   const missing = [...required].filter((id) => !got.has(id));

@@ -5,7 +5,8 @@
 
 import t from 'tap';
 import { b64, unb64 } from '../helpers/app.ts';
-import { startRegions, type Deployment } from '../helpers/regions.ts';
+import { startRegions, unackedByRegion, type Deployment } from '../helpers/regions.ts';
+import { waitUntil } from '../helpers/wait.ts';
 import { StreamClient } from '../streaming/_ws.ts';
 
 const P = '/v1/projects/p';
@@ -28,12 +29,7 @@ async function pullAll(d: Deployment, region: string, sub: string, max = 100) {
 
 async function backlog(d: Deployment, region: string, sub: string): Promise<Record<string, number>> {
   const { body } = await d.api(region, 'GET', '/metrics');
-  const counts: Record<string, number> = {};
-  for (const line of String(body).split('\n')) {
-    const match = /^pubsub_subscription_num_unacked_messages_by_region\{subscription="([^"]+)",region="([^"]*)"\} (\d+)$/.exec(line);
-    if (match && match[1] === `projects/p/subscriptions/${sub}`) counts[match[2]] = Number(match[3]);
-  }
-  return counts;
+  return Object.fromEntries(unackedByRegion(String(body), `projects/p/subscriptions/${sub}`));
 }
 
 t.test('regions', async (t) => {
@@ -283,12 +279,8 @@ t.test('regions', async (t) => {
     d.redis.get('b')!.resume();
     // The pull through c gave up on b, whose script then ran late and leased b's message to
     // nobody: c nacks it as soon as that answer comes, so it is available again at once.
-    const giveUpAt = Date.now() + 8_000;
     let late: Awaited<ReturnType<typeof pullAll>> = [];
-    while (late.length === 0 && Date.now() < giveUpAt) {
-      late = await pullAll(d, 'a', 'hung-sub');
-      if (late.length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await waitUntil(async () => (late = await pullAll(d, 'a', 'hung-sub')).length > 0, 8_000, 50);
     t.same(late.map((m) => unb64(m.message.data)), ['stored in b'], "b's message, without waiting for the 10 s lease");
   });
 

@@ -6,14 +6,20 @@
 import t from 'tap';
 import { LIFT_ABOVE_BYTES } from '../../src/json-body.ts';
 import { startBroker, type TestBroker } from '../helpers/app.ts';
+import { client } from './_support.ts';
 import { seededRandom } from '../helpers/random.ts';
 
 const TOPIC = '/v1/projects/p/topics/large-bodies';
 const SUB = '/v1/projects/p/subscriptions/large-bodies';
 
-async function send(broker: TestBroker, text: string) {
-  const response = await broker.app.inject({ method: 'POST', url: `${TOPIC}:publish`, payload: text, headers: { 'content-type': 'application/json' } });
-  return { status: response.statusCode, body: JSON.parse(response.body) };
+const send = (broker: TestBroker, text: string) => client(broker).raw({ method: 'POST', url: `${TOPIC}:publish`, payload: text });
+
+/** A body over 128 KB: 120 messages of 1,000 bytes of `fill` (base64: `data`), then `extra` if given. */
+function largeBody(fill: number, extra?: string): { text: string; data: string } {
+  const data = Buffer.alloc(1000, fill).toString('base64');
+  const messages = Array.from({ length: 120 }, () => `{"data":"${data}"}`);
+  if (extra !== undefined) messages.push(extra);
+  return { text: `{"messages":[${messages.join(',')}]}`, data };
 }
 
 async function pullAll(broker: TestBroker): Promise<any[]> {
@@ -55,14 +61,12 @@ t.test('large publish bodies', async (t) => {
   });
 
   t.test('bodies the lifted path hands over are stored just as well', async (t) => {
-    const filler = Buffer.alloc(1000, 7).toString('base64');
-    const many = (extra: string) => `{"messages":[${Array.from({ length: 120 }, () => `{"data":"${filler}"}`).join(',')},${extra}]}`;
     const cases = [
       ['an escaped slash in a data string', '{"data":"AAAA\\/w=="}', Buffer.from([0, 0, 0, 255])],
       ['a spelled-out NUL in an attribute', '{"data":"AQID","attributes":{"nul":"\\u0000"}}', Buffer.from([1, 2, 3])],
     ] as const;
     for (const [what, extra, lastData] of cases) {
-      const text = many(extra);
+      const { text } = largeBody(7, extra);
       t.ok(text.length > LIFT_ABOVE_BYTES, `${what}: the body is large`);
       t.equal((await send(broker, text)).status, 200, `${what}: accepted`);
       const received = await pullAll(broker);
@@ -72,8 +76,7 @@ t.test('large publish bodies', async (t) => {
   });
 
   t.test('a byte order mark is ignored in large and small bodies alike', async (t) => {
-    const filler = Buffer.alloc(1000, 5).toString('base64');
-    const large = `{"messages":[${Array.from({ length: 120 }, () => `{"data":"${filler}"}`).join(',')}]}`;
+    const large = largeBody(5).text;
     const small = '{"messages":[{"data":"QUJD"}]}';
     for (const [what, text, count] of [['large', large, 120], ['small', small, 1]] as const) {
       const published = await send(broker, `\ufeff${text}`);
@@ -83,8 +86,7 @@ t.test('large publish bodies', async (t) => {
   });
 
   t.test('broken or poisoned large bodies are refused like small ones', async (t) => {
-    const filler = Buffer.alloc(1000, 9).toString('base64');
-    const body = `{"messages":[${Array.from({ length: 120 }, () => `{"data":"${filler}"}`).join(',')}]}`;
+    const { text: body, data: filler } = largeBody(9);
     const cases = [
       ['cut short', body.slice(0, -3)],
       ['a raw newline in a data string', body.replace(`"data":"${filler.slice(0, 10)}`, `"data":"${filler.slice(0, 5)}\n${filler.slice(5, 10)}`)],

@@ -36,6 +36,7 @@ import t, { type Test } from 'tap';
 import { seededRandom } from '../helpers/random.ts';
 import { call, startBrokerProcess, stopProcess, type BrokerProcess } from '../helpers/processes.ts';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
+import { waitUntil } from '../helpers/wait.ts';
 import { generationOf, hasMessages, isHeartbeat, sleep, StreamClient, type ReceivedMessage } from './_ws.ts';
 
 const SEED = process.env.SEED ? Number(process.env.SEED) : randomInt(2 ** 31);
@@ -347,12 +348,6 @@ async function checkDrained(t: Test, brokers: BrokerProcess[], subscription: str
   }
 }
 
-async function waitFor(done: () => boolean, budgetMs: number): Promise<boolean> {
-  const giveUpAt = Date.now() + budgetMs;
-  while (!done() && Date.now() < giveUpAt) await sleep(50);
-  return done();
-}
-
 const prefix = uniquePrefix('mp-stream');
 const env = { REDIS_URL: testRedisUrl(), KEY_PREFIX: prefix, LOG_LEVEL: 'warn' };
 const bootStarted = Date.now();
@@ -422,7 +417,7 @@ t.test('exactly-once subscription: every message acked exactly once, never deliv
     for (const id of reply.body.messageIds) published.add(id);
     return n;
   });
-  const finished = await waitFor(allAcked, SCENARIO_BUDGET_MS - (Date.now() - started));
+  const finished = await waitUntil(allAcked, SCENARIO_BUDGET_MS - (Date.now() - started), 50);
   const elapsed = Date.now() - started;
   if (!finished) {
     const missing = [...published].filter((id) => !successes.has(id));
@@ -523,7 +518,7 @@ t.test('ordered subscription: each key in publish order, whoever receives it, al
     const reply = await call(pickBroker().url, 'POST', `/v1/projects/${P}/topics/ord-topic:publish`, { messages });
     return reply.status === 200 ? n : -1;
   });
-  const finished = await waitFor(allAcked, SCENARIO_BUDGET_MS - (Date.now() - started));
+  const finished = await waitUntil(allAcked, SCENARIO_BUDGET_MS - (Date.now() - started), 50);
   const elapsed = Date.now() - started;
   if (!finished) {
     const behind = ackPrefix.map((prefixIndex, k) => [k, prefixIndex, publishedPerKey[k]]).filter(([, a, p]) => a < p);

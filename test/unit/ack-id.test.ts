@@ -4,15 +4,19 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { AckIdCodec, type Delivery } from '../../src/broker/ack-id.ts';
+import { seededRandom } from '../helpers/random.ts';
 
 const codec = new AckIdCodec(randomBytes(32));
+const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
+t.comment(`SEED=${seed}`);
+const random = seededRandom(seed);
 
 function randomDelivery(i: number): Delivery {
   return {
-    region: i % 3 === 0 ? '' : ['region-a', 'us-east1', 'x'][i % 3],
+    region: ['', 'region-a', 'us-east1', 'x'][i % 4],
     subscriptionUid: randomBytes(8).toString('hex'),
-    seq: String(i % 7 === 0 ? Number.MAX_SAFE_INTEGER - i : Math.floor(Math.random() * 1e9)),
-    generation: i % 5 === 0 ? 0 : Math.floor(Math.random() * 1e6),
+    seq: String(i % 7 === 0 ? Number.MAX_SAFE_INTEGER - i : random.int(0, 1e9 - 1)),
+    generation: i % 5 === 0 ? 0 : random.int(0, 1e6 - 1),
   };
 }
 
