@@ -2,7 +2,7 @@ import Fastify, { LogController, type FastifyError, type FastifyInstance, type F
 import { isAscii } from 'node:buffer';
 import { registerRoutes } from '../routes/index.ts';
 import { ackIdCodecLoader } from './broker/ack-id.ts';
-import { redisClock, type Clock } from './broker/clock.ts';
+import { PublishClock, redisClock, redisTimeUs, type Clock } from './broker/clock.ts';
 import type { BrokerContext } from './broker/context.ts';
 import { ControlPlane, loadAckSecret } from './broker/control-plane.ts';
 import { DeliveryService } from './broker/delivery.ts';
@@ -102,7 +102,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const ownSubscribers: RedisClient[] = [];
   const makeRegion = (name: string, redis: RedisClient, subscriber: RedisClient | undefined) => {
     if (!subscriber) ownSubscribers.push((subscriber = redis.duplicate()));
-    const ctx: BrokerContext = { redis, keys, scripts: new Scripts(redis), clock };
+    const publishClock = new PublishClock(clock, () => redisTimeUs(redis));
+    const ctx: BrokerContext = { redis, keys, scripts: new Scripts(redis), clock, publishClock };
     return new Region(name, ctx, new Wakeups(subscriber), multiRegion);
   };
   const regions = new Regions(

@@ -1,6 +1,6 @@
 import type { Keys } from '../redis/keys.ts';
 import type { RedisClient, Scripts } from '../redis/scripts.ts';
-import type { Clock } from './clock.ts';
+import type { Clock, PublishClock } from './clock.ts';
 
 /** What every broker service needs: the Redis handle, key builders, scripts and the clock. */
 export interface BrokerContext {
@@ -8,4 +8,6 @@ export interface BrokerContext {
   keys: Keys;
   scripts: Scripts;
   clock: Clock;
+  /** The publish time to stamp into messages stored on this Redis. */
+  publishClock: PublishClock;
 }

@@ -3,7 +3,7 @@ import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
 import { formatTimestampUs } from './durations.ts';
-import { packMessage, unpackMessage } from './message-codec.ts';
+import { packMessage, stampMessages, unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
@@ -117,24 +117,34 @@ export class DeliveryService {
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
-    for (;;) {
+    for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
       const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
         const sub = data.subscription(uid);
         return [sub.ready, sub.keyed, sub.keyStates];
       });
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
+      const publishTimeUs = await ctx.publishClock.stampUs();
+      stampMessages(bodies, publishTimeUs);
       // Encoded in one pass: the bodies are nearly all of the call (binary-command.ts).
       const result = (await ctx.scripts.runEncoded(
         'publish',
         [data.state, data.messages, data.refs, ...subscriptionKeys],
-        [ctx.clock.scriptTime(), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
+        [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
       )) as number[];
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
         this.attachments.delete(cacheKey);
         continue;
       }
+      if (result[0] === -3) {
+        // Stamped from a stale reading of the one clock (the first publish after Redis's clock
+        // was set, or after this machine slept): stamp again from the time the script returned.
+        ctx.publishClock.observe(result[1]);
+        if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
+        throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
+      }
+      ctx.publishClock.observe(result[2]);
       const firstSeq = result[1];
       return { messageIds: bodies.map((_, i) => messageId(region.name, firstSeq + i)) };
     }
@@ -483,6 +493,13 @@ function throwFailures(outcome: SettleOutcome): void {
 }
 
 const shortName = (fullName: string) => fullName.slice(fullName.lastIndexOf('/') + 1);
+
+/**
+ * Publish stamps in a row the script may refuse before the publish fails. A second stamp comes
+ * from the time the script just returned, so only a clock stepped again meanwhile, or a call
+ * that waited over 10 s on its way to Redis, is refused twice.
+ */
+const MAX_REFUSED_STAMPS = 3;
 
 /** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
 const GONE = 0;

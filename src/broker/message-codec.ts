@@ -1,8 +1,11 @@
 /**
- * How a message is stored: once per topic, in one hash field. The publish script puts the
- * publish time (16 ASCII digits, microseconds) in front of what the broker packs:
+ * How a message is stored: once per topic, in one hash field, exactly as the broker packs it:
  *
- *   [u32 big-endian length of M][M: JSON [attributes, orderingKey] or empty][raw data bytes]
+ *   [publish time: 16 ASCII digits, µs][u32 big-endian length of M]
+ *   [M: JSON [attributes, orderingKey] or empty][raw data bytes]
+ *
+ * The publish time is written last, by stampMessages, just before the publish script is called
+ * (that script checks it against the one clock; see PublishClock in clock.ts).
  *
  * Raw bytes (not base64) keep Redis memory per 1 KB message near 1 KB.
  */
@@ -32,12 +35,19 @@ export function packMessage(
   const dataBytes = Math.floor((length * 3) / 4);
   const hasMeta = (attributes && Object.keys(attributes).length > 0) || orderingKey;
   const meta = hasMeta ? Buffer.from(JSON.stringify([attributes ?? {}, orderingKey ?? ''])) : undefined;
-  const dataStart = 4 + (meta?.length ?? 0);
+  const dataStart = TIME_DIGITS + 4 + (meta?.length ?? 0);
   const packed = Buffer.allocUnsafe(dataStart + dataBytes);
-  packed.writeUInt32BE(meta?.length ?? 0, 0);
-  meta?.copy(packed, 4);
+  packed.writeUInt32BE(meta?.length ?? 0, TIME_DIGITS);
+  meta?.copy(packed, TIME_DIGITS + 4);
   if (packed.write(base64Data, dataStart, 'base64') !== dataBytes) return undefined;
   return { packed, dataBytes };
+}
+
+/** Writes the publish time into packed messages (each from packMessage). */
+export function stampMessages(packed: Buffer[], publishTimeUs: number): void {
+  const digits = String(publishTimeUs).padStart(TIME_DIGITS, '0');
+  if (digits.length !== TIME_DIGITS) throw new RangeError(`publish time ${publishTimeUs} does not fit ${TIME_DIGITS} digits`);
+  for (const message of packed) message.write(digits, 0, 'latin1');
 }
 
 export function unpackMessage(stored: Buffer): StoredMessage {

@@ -1,0 +1,122 @@
+// Publish times are stamped by the broker from its reading of the one clock (Redis TIME) and
+// judged by the publish script (PublishClock in src/broker/clock.ts, publish.lua). Checked here,
+// on standalone and cluster:
+//   - a stamp from 10 s behind to 1 s ahead of Redis TIME is stored as stamped; a stamp outside
+//     that window is refused with the script's time and changes nothing;
+//   - a broker whose reading is an hour behind or ahead (a machine that slept, a Redis clock set
+//     anew) still publishes, and the message's publishTime lies between two readings of Redis
+//     TIME taken before and after the publish;
+//   - a broker that cannot produce an acceptable stamp answers UNAVAILABLE and stores nothing.
+import t, { type Test } from 'tap';
+import { redisTimeUs } from '../../src/broker/clock.ts';
+import { packMessage, stampMessages, unpackMessage } from '../../src/broker/message-codec.ts';
+import type { BrokerContext } from '../../src/broker/context.ts';
+import { parseResourceName } from '../../src/broker/names.ts';
+import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
+import { redisTargets } from '../helpers/redis.ts';
+
+const P = '/v1/projects/p';
+const HOUR_US = 3_600_000_000;
+
+/** Microseconds since the epoch of a publishTime such as 2026-01-01T00:00:00.123456Z. */
+const timestampUs = (text: string) => Date.parse(`${text.slice(0, 23)}Z`) * 1000 + Number(text.slice(23, 26));
+
+async function topicWithSubscription(t: Test, broker: TestBroker, id: string): Promise<void> {
+  t.equal((await broker.api('PUT', `${P}/topics/${id}`, {})).status, 200);
+  t.equal((await broker.api('PUT', `${P}/subscriptions/${id}`, { topic: `projects/p/topics/${id}` })).status, 200);
+}
+
+async function pullAll(broker: TestBroker, id: string): Promise<any[]> {
+  const { body } = await broker.api('POST', `${P}/subscriptions/${id}:pull`, { maxMessages: 100, returnImmediately: true });
+  return body.receivedMessages ?? [];
+}
+
+const localCtx = (broker: TestBroker): BrokerContext => (broker.app as any).broker.regions.local.ctx;
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: the publish script stores a stamp within its window and refuses one outside`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'stamp-window' });
+    await topicWithSubscription(t, broker, 'window');
+    const ctx = localCtx(broker);
+    const record = await (broker.app as any).broker.topics.read(parseResourceName('topics', 'projects/p/topics/window'));
+    const data = ctx.keys.topicData(record.uid);
+    const attached = await ctx.redis.hgetall(data.attached);
+    const [uid] = Object.keys(attached);
+    const sub = data.subscription(uid);
+    const version = (await ctx.redis.hget(data.state, 'attachVersion')) ?? '0';
+    const publishAt = async (stampUs: number) => {
+      const body = packMessage(b64(`at ${stampUs}`))!.packed;
+      stampMessages([body], stampUs);
+      const reply = (await ctx.scripts.runEncoded(
+        'publish',
+        [data.state, data.messages, data.refs, sub.ready, sub.keyed, sub.keyStates],
+        ['', String(stampUs), version, ctx.keys.wakeChannel(record.uid), '', '0', body],
+      )) as number[];
+      return { reply, body };
+    };
+
+    for (const offsetUs of [-HOUR_US, -10_500_000, 1_500_000, HOUR_US]) {
+      const before = await redisTimeUs(ctx.redis);
+      const { reply } = await publishAt(before + offsetUs);
+      const after = await redisTimeUs(ctx.redis);
+      t.equal(reply[0], -3, `a stamp ${offsetUs / 1e6} s off is refused`);
+      t.ok(reply[1] >= before && reply[1] <= after, 'the refusal carries the script time');
+    }
+    t.equal(await ctx.redis.hget(data.state, 'seq'), null, 'no refused publish took a sequence number');
+    t.equal(await ctx.redis.hlen(data.messages), 0, 'no refused publish stored a body');
+
+    for (const offsetUs of [-9_000_000, 0, 500_000]) {
+      const stampUs = (await redisTimeUs(ctx.redis)) + offsetUs;
+      const { reply, body } = await publishAt(stampUs);
+      t.equal(reply[0], 1, `a stamp ${offsetUs / 1e6} s off is accepted`);
+      const stored = await ctx.redis.hgetBuffer(data.messages, String(reply[1]));
+      t.same(stored, body, 'the body is stored exactly as sent');
+      t.equal(unpackMessage(stored!).publishTimeUs, stampUs, 'with the stamped time');
+    }
+    t.equal((await pullAll(broker, 'window')).length, 3, 'the three accepted messages are delivered');
+  });
+
+  for (const [reading, offsetUs] of [
+    ['an hour behind', -HOUR_US],
+    ['an hour ahead', HOUR_US],
+  ] as const) {
+    t.test(`${target.name}: a broker whose reading of the clock is ${reading} still stamps the right time`, async (t) => {
+      const broker = await startBroker(t, { target, name: 'stale-reading' });
+      await topicWithSubscription(t, broker, 'stale');
+      const ctx = localCtx(broker);
+      ctx.publishClock.observe((await redisTimeUs(ctx.redis)) + offsetUs);
+      for (const round of [1, 2]) {
+        const before = await redisTimeUs(ctx.redis);
+        const { status, body } = await broker.api('POST', `${P}/topics/stale:publish`, { messages: [{ data: b64(`round ${round}`) }] });
+        const after = await redisTimeUs(ctx.redis);
+        t.equal(status, 200, `publish ${round} succeeds`);
+        t.equal(body.messageIds.length, 1);
+        const [received] = await pullAll(broker, 'stale');
+        const publishedUs = timestampUs(received.message.publishTime);
+        t.ok(publishedUs >= before && publishedUs <= after, `publish ${round}: publishTime lies within the publish (${received.message.publishTime})`);
+        await broker.api('POST', `${P}/subscriptions/stale:acknowledge`, { ackIds: [received.ackId] });
+      }
+    });
+  }
+
+  t.test(`${target.name}: a broker that cannot stamp an acceptable time answers UNAVAILABLE and stores nothing`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'no-stamp' });
+    await topicWithSubscription(t, broker, 'nostamp');
+    const ctx = localCtx(broker);
+    let stamps = 0;
+    // A clock stuck far in the past, that no reading moves.
+    ctx.publishClock = Object.assign(Object.create(Object.getPrototypeOf(ctx.publishClock)), {
+      stampUs: async () => {
+        stamps++;
+        return 1_000_000;
+      },
+      observe: () => {},
+    });
+    const { status, body } = await broker.api('POST', `${P}/topics/nostamp:publish`, { messages: [{ data: b64('never') }] });
+    t.equal(status, 503);
+    t.equal(body.error.status, 'UNAVAILABLE');
+    t.match(body.error.message, /publish time/);
+    t.equal(stamps, 3, 'three stamps were tried');
+    t.same(await pullAll(broker, 'nostamp'), [], 'nothing was stored');
+  });
+}
