@@ -54,10 +54,17 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
   const pieces: string[] = [];
   const strings: string[] = [];
   let copiedUpTo = 0;
+  // The first backslash at or after the current string (Infinity: none left): one scan in all.
+  let backslash = -1;
   for (let prefix = bytes.indexOf(DATA_PREFIX); prefix !== -1; prefix = bytes.indexOf(DATA_PREFIX, copiedUpTo)) {
     const start = prefix + DATA_PREFIX.length;
     const end = bytes.indexOf(QUOTE, start);
-    if (end === -1 || bytes.subarray(start, end).includes(BACKSLASH)) return undefined;
+    if (end === -1) return undefined;
+    if (backslash < start) {
+      const found = bytes.indexOf(BACKSLASH, start);
+      backslash = found === -1 ? Infinity : found;
+    }
+    if (backslash < end) return undefined;
     const piece = bytes.toString(encoding, copiedUpTo, start);
     if (piece.includes(UNICODE_ESCAPE)) return undefined;
     const string = bytes.toString(encoding, start, end);

@@ -3,7 +3,8 @@ import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
 import { formatTimestampUs } from './durations.ts';
-import { packMessage, stampMessages, unpackMessage } from './message-codec.ts';
+import { BulkStrings } from '../redis/binary-command.ts';
+import { layoutMessage, packMessages, stampMessages, unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
@@ -130,7 +131,8 @@ export class DeliveryService {
       const result = (await ctx.scripts.runEncoded(
         'publish',
         [data.state, data.messages, data.refs, ...subscriptionKeys],
-        [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags, ...bodies],
+        [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags],
+        bodies,
       )) as number[];
       if (result[0] === -1) throw notFound(topicName.id);
       if (result[0] === -2) {
@@ -146,7 +148,7 @@ export class DeliveryService {
       }
       ctx.publishClock.observe(result[2]);
       const firstSeq = result[1];
-      return { messageIds: bodies.map((_, i) => messageId(region.name, firstSeq + i)) };
+      return { messageIds: Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i)) };
     }
   }
 
@@ -522,7 +524,7 @@ const publishTimes = {
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
 
 /** Validates a publish request (reference §3) and packs the message bodies for storage. */
-function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
+function checkPublishRequest(messages: PubsubMessageBody[]): BulkStrings {
   if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
   if (messages.length > MAX_PUBLISH_MESSAGES) {
     throw invalidArgument(`The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`);
@@ -535,12 +537,12 @@ function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
     );
   }
   let totalBytes = 0;
-  const bodies = messages.map((message, index) => {
+  const layouts = messages.map((message, index) => {
     const attributes = message.attributes ?? {};
     const attributeNames = Object.keys(attributes);
     const orderingKey = message.orderingKey ?? '';
-    const stored = packMessage(message.data ?? '', attributes, orderingKey);
-    if (!stored) throw invalidArgument(`Message ${index}: "data" is not valid base64.`);
+    const stored = layoutMessage(message.data ?? '', attributes, orderingKey);
+    if (!stored) throw invalidBase64(index);
     if (stored.dataBytes === 0 && attributeNames.length === 0) {
       throw invalidArgument(
         'One or more messages in the publish request is empty. Each message must contain either non-empty data, or at least one attribute.',
@@ -568,11 +570,15 @@ function checkPublishRequest(messages: PubsubMessageBody[]): Buffer[] {
       throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
     }
     totalBytes += Buffer.byteLength(orderingKey);
-    return stored.packed;
+    return stored;
   });
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
-  return bodies;
+  const packed = packMessages(layouts);
+  if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
+  return packed;
 }
+
+const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);
 

@@ -1,3 +1,5 @@
+import { BulkStrings } from '../redis/binary-command.ts';
+
 /**
  * How a message is stored: once per topic, in one hash field, exactly as the broker packs it:
  *
@@ -18,36 +20,55 @@ export interface StoredMessage {
 
 const TIME_DIGITS = 16;
 
+/** A message checked for storage, and what packMessages needs to write it. */
+export interface MessageLayout {
+  base64Data: string;
+  /** JSON [attributes, orderingKey], when there are any. */
+  meta: Buffer | undefined;
+  dataBytes: number;
+  storedBytes: number;
+}
+
 /**
- * Packs a message whose data arrives as base64 (proto3 JSON bytes: standard or URL-safe alphabet,
- * with or without padding), decoding it straight into the stored buffer. Node's decoder reads
- * both alphabets and skips anything else, so the data is well-formed exactly when it decodes to
- * the length its size implies. Returns undefined when it is not valid base64.
+ * Lays out the stored form of a message whose data arrives as base64 (proto3 JSON bytes:
+ * standard or URL-safe alphabet, with or without padding). Returns undefined when the data's
+ * length or padding cannot be base64; its characters are checked when packMessages decodes it.
  */
-export function packMessage(
-  base64Data: string,
-  attributes?: Record<string, string>,
-  orderingKey?: string,
-): { packed: Buffer; dataBytes: number } | undefined {
+export function layoutMessage(base64Data: string, attributes?: Record<string, string>, orderingKey?: string): MessageLayout | undefined {
   const padding = base64Data.endsWith('==') ? 2 : base64Data.endsWith('=') ? 1 : 0;
   const length = base64Data.length - padding;
   if (length % 4 === 1 || (padding > 0 && base64Data.length % 4 !== 0)) return undefined;
   const dataBytes = Math.floor((length * 3) / 4);
   const hasMeta = (attributes && Object.keys(attributes).length > 0) || orderingKey;
   const meta = hasMeta ? Buffer.from(JSON.stringify([attributes ?? {}, orderingKey ?? ''])) : undefined;
-  const dataStart = TIME_DIGITS + 4 + (meta?.length ?? 0);
-  const packed = Buffer.allocUnsafe(dataStart + dataBytes);
-  packed.writeUInt32BE(meta?.length ?? 0, TIME_DIGITS);
-  meta?.copy(packed, TIME_DIGITS + 4);
-  if (packed.write(base64Data, dataStart, 'base64') !== dataBytes) return undefined;
-  return { packed, dataBytes };
+  return { base64Data, meta, dataBytes, storedBytes: TIME_DIGITS + 4 + (meta?.length ?? 0) + dataBytes };
 }
 
-/** Writes the publish time into packed messages (each from packMessage). */
-export function stampMessages(packed: Buffer[], publishTimeUs: number): void {
+/**
+ * Writes messages in their stored form, publish time still blank, as the bulk strings that end
+ * the publish script's call: each message's base64 is decoded straight into place. Node's decoder
+ * reads both alphabets and skips anything else, so data is well-formed exactly when it decodes to
+ * the length its size implies. Returns the index of the first message whose data does not, or
+ * the packed messages.
+ */
+export function packMessages(layouts: MessageLayout[]): BulkStrings | { invalidData: number } {
+  const packed = new BulkStrings(layouts.map((layout) => layout.storedBytes));
+  for (let i = 0; i < layouts.length; i++) {
+    const { base64Data, meta, dataBytes } = layouts[i];
+    const start = packed.starts[i];
+    packed.bytes.writeUInt32BE(meta?.length ?? 0, start + TIME_DIGITS);
+    meta?.copy(packed.bytes, start + TIME_DIGITS + 4);
+    const dataStart = start + TIME_DIGITS + 4 + (meta?.length ?? 0);
+    if (packed.bytes.write(base64Data, dataStart, dataBytes, 'base64') !== dataBytes) return { invalidData: i };
+  }
+  return packed;
+}
+
+/** Writes the publish time into packed messages. */
+export function stampMessages(packed: BulkStrings, publishTimeUs: number): void {
   const digits = String(publishTimeUs).padStart(TIME_DIGITS, '0');
   if (digits.length !== TIME_DIGITS) throw new RangeError(`publish time ${publishTimeUs} does not fit ${TIME_DIGITS} digits`);
-  for (const message of packed) message.write(digits, 0, 'latin1');
+  for (const start of packed.starts) packed.bytes.write(digits, start, 'latin1');
 }
 
 export function unpackMessage(stored: Buffer): StoredMessage {

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { packagePath } from '../paths.ts';
-import { BinaryArgsCommand } from './binary-command.ts';
+import { BinaryArgsCommand, type BulkStrings } from './binary-command.ts';
 
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
@@ -77,15 +77,16 @@ export class Scripts {
   }
 
   /**
-   * Runs a script whose arguments are mostly large Buffers (publish's message bodies), written
-   * in one pass (binary-command.ts) instead of by ioredis's per-argument serialization: ~1 µs
-   * less broker CPU per published message. It sends EVALSHA; when the script cache was emptied
-   * (NOSCRIPT: a Redis restart, SCRIPT FLUSH) it loads every script and sends the call again.
+   * Runs a script whose arguments end in many large binary ones (publish's message bodies),
+   * written in one pass (binary-command.ts) instead of by ioredis's per-argument serialization:
+   * ~1 µs less broker CPU per published message. It sends EVALSHA; when the script cache was
+   * emptied (NOSCRIPT: a Redis restart, SCRIPT FLUSH) it loads every script and sends the call again.
    */
-  async runEncoded(name: ScriptName, keys: string[], args: (string | Buffer)[]): Promise<unknown> {
+  async runEncoded(name: ScriptName, keys: string[], args: string[], trailing: BulkStrings): Promise<unknown> {
     // The arguments before the script's own ARGV are all ioredis needs for routing.
     const routing = [this.shas.get(name)!, String(keys.length), ...keys];
-    const send = () => this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], routing)) as Promise<unknown>;
+    const send = () =>
+      this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], trailing, routing)) as Promise<unknown>;
     try {
       return await send();
     } catch (error) {

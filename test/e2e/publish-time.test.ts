@@ -9,7 +9,8 @@
 //   - a broker that cannot produce an acceptable stamp answers UNAVAILABLE and stores nothing.
 import t, { type Test } from 'tap';
 import { redisTimeUs } from '../../src/broker/clock.ts';
-import { packMessage, stampMessages, unpackMessage } from '../../src/broker/message-codec.ts';
+import { layoutMessage, packMessages, stampMessages, unpackMessage } from '../../src/broker/message-codec.ts';
+import type { BulkStrings } from '../../src/redis/binary-command.ts';
 import type { BrokerContext } from '../../src/broker/context.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
@@ -45,14 +46,15 @@ for (const target of redisTargets()) {
     const sub = data.subscription(uid);
     const version = (await ctx.redis.hget(data.state, 'attachVersion')) ?? '0';
     const publishAt = async (stampUs: number) => {
-      const body = packMessage(b64(`at ${stampUs}`))!.packed;
-      stampMessages([body], stampUs);
+      const packed = packMessages([layoutMessage(b64(`at ${stampUs}`))!]) as BulkStrings;
+      stampMessages(packed, stampUs);
       const reply = (await ctx.scripts.runEncoded(
         'publish',
         [data.state, data.messages, data.refs, sub.ready, sub.keyed, sub.keyStates],
-        ['', String(stampUs), version, ctx.keys.wakeChannel(record.uid), '', '0', body],
+        ['', String(stampUs), version, ctx.keys.wakeChannel(record.uid), '', '0'],
+        packed,
       )) as number[];
-      return { reply, body };
+      return { reply, body: packed.at(0) };
     };
 
     for (const offsetUs of [-HOUR_US, -10_500_000, 1_500_000, HOUR_US]) {
