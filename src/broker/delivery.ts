@@ -93,6 +93,8 @@ export interface DeliveryOptions {
 export class DeliveryService {
   /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
   private readonly attachments = new Map<string, Attachments>();
+  /** Single region only: topic records by name, so that a publish need not read one (see rememberTopic). */
+  private readonly publishTopics = new Map<string, { record: TopicRecord; until: number }>();
   /** Counts pulls, so that every few a remote region is looked at first (see pullOrder). */
   private pulls = 0;
   private closing = false;
@@ -112,7 +114,45 @@ export class DeliveryService {
   async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
     const bodies = checkPublishRequest(messages);
     const orderingKey = messages[0].orderingKey ?? '';
-    const record = await this.topics.read(topicName);
+    for (;;) {
+      const remembered = this.rememberedTopic(topicName.full);
+      const record = remembered ?? (await this.topics.read(topicName));
+      const messageIds = await this.publishTo(record, bodies, orderingKey);
+      if (messageIds) {
+        if (!remembered) this.rememberTopic(record);
+        return { messageIds };
+      }
+      // That incarnation was deleted: the name is gone, or now names a new incarnation.
+      this.publishTopics.delete(topicName.full);
+      if (!remembered) throw notFound(topicName.id);
+    }
+  }
+
+  /**
+   * Remembers a topic's record for the publishes of the next second, on a single region only.
+   * There the record gives publish nothing but the incarnation (uid), and the publish script
+   * refuses a deleted one, so a remembered record cannot take a message the topic would not; the
+   * second bounds how long a Redis that lost its data (say, restarted without its append-only
+   * file) still sees publishes to topics it no longer has. With regions, the record's storage
+   * policy decides where messages go, and a change to it applies from the next publish on: the
+   * record is read every time.
+   */
+  private rememberTopic(record: TopicRecord): void {
+    if (this.regions.multiRegion) return;
+    if (this.publishTopics.size >= MAX_REMEMBERED_TOPICS) this.publishTopics.delete(this.publishTopics.keys().next().value!);
+    this.publishTopics.set(record.name, { record, until: performance.now() + REMEMBER_TOPIC_MS });
+  }
+
+  private rememberedTopic(fullName: string): TopicRecord | undefined {
+    const remembered = this.publishTopics.get(fullName);
+    if (!remembered) return undefined;
+    if (remembered.until > performance.now()) return remembered.record;
+    this.publishTopics.delete(fullName);
+    return undefined;
+  }
+
+  /** Stores a publish in the topic incarnation; undefined when the incarnation was deleted. */
+  private async publishTo(record: TopicRecord, bodies: BulkStrings, orderingKey: string): Promise<string[] | undefined> {
     const region = this.storageRegion(record, orderingKey);
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
@@ -134,7 +174,7 @@ export class DeliveryService {
         [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags],
         bodies,
       )) as number[];
-      if (result[0] === -1) throw notFound(topicName.id);
+      if (result[0] === -1) return undefined;
       if (result[0] === -2) {
         this.attachments.delete(cacheKey);
         continue;
@@ -148,7 +188,7 @@ export class DeliveryService {
       }
       ctx.publishClock.observe(result[2]);
       const firstSeq = result[1];
-      return { messageIds: Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i)) };
+      return Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i));
     }
   }
 
@@ -502,6 +542,10 @@ const shortName = (fullName: string) => fullName.slice(fullName.lastIndexOf('/')
  * that waited over 10 s on its way to Redis, is refused twice.
  */
 const MAX_REFUSED_STAMPS = 3;
+
+/** Topic records kept for publishing, and for how long (see rememberTopic). */
+const MAX_REMEMBERED_TOPICS = 10_000;
+const REMEMBER_TOPIC_MS = 1000;
 
 /** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
 const GONE = 0;

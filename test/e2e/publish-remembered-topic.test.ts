@@ -1,0 +1,70 @@
+// A broker on a single region remembers topic records for its publishes (DeliveryService
+// rememberTopic). Two brokers share one Redis here, and the second changes topics behind the
+// first one's back; on standalone and cluster:
+//   - a topic deleted through the other broker refuses the first broker's next publish (404);
+//   - created again, it takes the first broker's next publish into the new incarnation only:
+//     the new subscription receives it, the old (detached) one does not;
+//   - a Redis that lost the topic altogether (its keys deleted) refuses publishes again once the
+//     remembered record has expired.
+import type { FastifyInstance } from 'fastify';
+import t, { type Test } from 'tap';
+import { buildApp } from '../../src/app.ts';
+import { b64, jsonApi, type JsonApi } from '../helpers/app.ts';
+import { redisTargets, uniquePrefix, type RedisTarget } from '../helpers/redis.ts';
+import { waitUntil } from '../helpers/wait.ts';
+
+const P = '/v1/projects/p';
+
+/** Two brokers on one Redis and one key prefix. */
+async function twoBrokers(t: Test, target: RedisTarget): Promise<{ first: JsonApi; second: JsonApi; prefix: string; redis: ReturnType<RedisTarget['connect']> }> {
+  const prefix = uniquePrefix('remembered-topic');
+  const apps: FastifyInstance[] = [];
+  const redis = target.connect();
+  for (let i = 0; i < 2; i++) apps.push(await buildApp({ redis, keyPrefix: prefix, pullWaitMs: 100 }));
+  t.teardown(async () => {
+    await Promise.all(apps.map((app) => app.close()));
+    redis.disconnect();
+  });
+  return { first: jsonApi(apps[0]), second: jsonApi(apps[1]), prefix, redis };
+}
+
+const publish = (api: JsonApi, text: string) => api('POST', `${P}/topics/orders:publish`, { messages: [{ data: b64(text) }] });
+
+async function pulled(api: JsonApi, subscription: string): Promise<string[]> {
+  const { body } = await api('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 10, returnImmediately: true });
+  return (body.receivedMessages ?? []).map((m: any) => Buffer.from(m.message.data, 'base64').toString());
+}
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: a topic deleted or created again through another broker`, async (t) => {
+    const { first, second } = await twoBrokers(t, target);
+    t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
+    t.equal((await second('PUT', `${P}/subscriptions/old-orders`, { topic: 'projects/p/topics/orders' })).status, 200);
+    t.equal((await publish(first, 'one')).status, 200, 'published (the first broker now remembers the topic)');
+    t.equal((await second('DELETE', `${P}/topics/orders`)).status, 200);
+    const afterDelete = await publish(first, 'two');
+    t.equal(afterDelete.status, 404, 'deleted through the other broker: refused');
+    t.equal(afterDelete.body.error.status, 'NOT_FOUND');
+
+    t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
+    t.equal((await second('PUT', `${P}/subscriptions/new-orders`, { topic: 'projects/p/topics/orders' })).status, 200);
+    t.equal((await publish(first, 'three')).status, 200, 'created again: accepted');
+    t.equal((await publish(first, 'four')).status, 200, 'and again, from the remembered new record');
+    t.same(await pulled(second, 'new-orders'), ['three', 'four'], 'the new incarnation has them');
+    t.same(await pulled(second, 'old-orders'), ['one'], 'the old subscription keeps only what it held');
+  });
+
+  t.test(`${target.name}: a topic whose keys are gone is refused once the remembered record expires`, async (t) => {
+    const { first, second, prefix, redis } = await twoBrokers(t, target);
+    t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
+    t.equal((await publish(first, 'one')).status, 200);
+    // Redis loses everything of this prefix, as after a restart without its append-only file.
+    const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
+    for (const node of nodes) {
+      const keys = await node.keys(`${prefix}:*`);
+      if (keys.length) await Promise.all(keys.map((key) => node.del(key)));
+    }
+    const refused = await waitUntil(async () => (await publish(first, 'later')).status === 404, 5_000, 100);
+    t.ok(refused, 'publishes are refused again');
+  });
+}
