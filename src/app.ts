@@ -27,6 +27,8 @@ export interface AppOptions {
   clock?: Clock;
   /** Upper bound of a long-polling pull (`returnImmediately: false`), in milliseconds. */
   pullWaitMs?: number;
+  /** How long a single-region broker reuses a topic record for publishing, in milliseconds (default 1 s). */
+  rememberTopicMs?: number;
   logger?: FastifyServerOptions['logger'];
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
@@ -117,6 +119,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: options.pullWaitMs ?? 20_000,
+    rememberTopicMs: options.rememberTopicMs ?? 1000,
   });
   const streams = new StreamRegistry(delivery, subscriptions, options.streamHeartbeatMs ?? 15_000);
   app.decorate('broker', { ctx, regions, controlPlane, topics, subscriptions, delivery, streams });

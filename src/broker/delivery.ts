@@ -1,9 +1,10 @@
 import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
+import { BulkStrings } from '../redis/binary-command.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
+import type { ClockReading } from './clock.ts';
 import { formatTimestampUs } from './durations.ts';
-import { BulkStrings } from '../redis/binary-command.ts';
 import { layoutMessage, packMessages, stampMessages, unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
@@ -83,6 +84,8 @@ export interface DeliveryOptions {
   ackIds: () => Promise<AckIdCodec>;
   /** Upper bound of a long-polling pull, in milliseconds. */
   pullWaitMs: number;
+  /** How long a topic record is reused for publishing, in milliseconds (see rememberTopic). */
+  rememberTopicMs: number;
 }
 
 /**
@@ -129,18 +132,18 @@ export class DeliveryService {
   }
 
   /**
-   * Remembers a topic's record for the publishes of the next second, on a single region only.
-   * There the record gives publish nothing but the incarnation (uid), and the publish script
-   * refuses a deleted one, so a remembered record cannot take a message the topic would not; the
-   * second bounds how long a Redis that lost its data (say, restarted without its append-only
-   * file) still sees publishes to topics it no longer has. With regions, the record's storage
-   * policy decides where messages go, and a change to it applies from the next publish on: the
-   * record is read every time.
+   * Remembers a topic's record for the publishes of the next rememberTopicMs (a second), on a
+   * single region only. There the record gives publish nothing but the incarnation (uid), and the
+   * publish script refuses a deleted one, so a remembered record cannot take a message the topic
+   * would not; the time bounds how long a Redis that lost its data (say, restarted without its
+   * append-only file) still sees publishes to topics it no longer has. With regions, the record's
+   * storage policy decides where messages go, and a change to it applies from the next publish
+   * on: the record is read every time.
    */
   private rememberTopic(record: TopicRecord): void {
     if (this.regions.multiRegion) return;
     if (this.publishTopics.size >= MAX_REMEMBERED_TOPICS) this.publishTopics.delete(this.publishTopics.keys().next().value!);
-    this.publishTopics.set(record.name, { record, until: performance.now() + REMEMBER_TOPIC_MS });
+    this.publishTopics.set(record.name, { record, until: performance.now() + this.options.rememberTopicMs });
   }
 
   private rememberedTopic(fullName: string): TopicRecord | undefined {
@@ -158,6 +161,7 @@ export class DeliveryService {
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
+    let refusal: ClockReading | undefined;
     for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
       const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
@@ -165,7 +169,7 @@ export class DeliveryService {
         return [sub.ready, sub.keyed, sub.keyStates];
       });
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
-      const publishTimeUs = await ctx.publishClock.stampUs();
+      const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
       stampMessages(bodies, publishTimeUs);
       // Encoded in one pass: the bodies are nearly all of the call (binary-command.ts).
       const result = (await ctx.scripts.runEncoded(
@@ -180,9 +184,9 @@ export class DeliveryService {
         continue;
       }
       if (result[0] === -3) {
-        // Stamped from a stale reading of the one clock (the first publish after Redis's clock
-        // was set, or after this machine slept): stamp again from the time the script returned.
-        ctx.publishClock.observe(result[1]);
+        // Stamped from a reading the script's clock disagrees with (Redis's clock was set, or
+        // another shard's clock read it): stamp again from the time this script returned.
+        refusal = ctx.publishClock.observe(result[1]);
         if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
         throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
       }
@@ -538,14 +542,13 @@ const shortName = (fullName: string) => fullName.slice(fullName.lastIndexOf('/')
 
 /**
  * Publish stamps in a row the script may refuse before the publish fails. A second stamp comes
- * from the time the script just returned, so only a clock stepped again meanwhile, or a call
+ * from the time the refusing script returned, so only a clock stepped again meanwhile, or a call
  * that waited over 10 s on its way to Redis, is refused twice.
  */
 const MAX_REFUSED_STAMPS = 3;
 
-/** Topic records kept for publishing, and for how long (see rememberTopic). */
+/** Topic records kept for publishing (see rememberTopic); past this, the longest kept is dropped. */
 const MAX_REMEMBERED_TOPICS = 10_000;
-const REMEMBER_TOPIC_MS = 1000;
 
 /** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
 const GONE = 0;

@@ -19,6 +19,7 @@ export interface StoredMessage {
 }
 
 const TIME_DIGITS = 16;
+const ZERO_DIGIT = 0x30;
 
 /** A message checked for storage, and what packMessages needs to write it. */
 export interface MessageLayout {
@@ -45,7 +46,7 @@ export function layoutMessage(base64Data: string, attributes?: Record<string, st
 }
 
 /**
- * Writes messages in their stored form, publish time still blank, as the bulk strings that end
+ * Writes messages in their stored form, publish time still zeros, as the bulk strings that end
  * the publish script's call: each message's base64 is decoded straight into place. Node's decoder
  * reads both alphabets and skips anything else, so data is well-formed exactly when it decodes to
  * the length its size implies. Returns the index of the first message whose data does not, or
@@ -56,6 +57,7 @@ export function packMessages(layouts: MessageLayout[]): BulkStrings | { invalidD
   for (let i = 0; i < layouts.length; i++) {
     const { base64Data, meta, dataBytes } = layouts[i];
     const start = packed.starts[i];
+    packed.bytes.fill(ZERO_DIGIT, start, start + TIME_DIGITS);
     packed.bytes.writeUInt32BE(meta?.length ?? 0, start + TIME_DIGITS);
     meta?.copy(packed.bytes, start + TIME_DIGITS + 4);
     const dataStart = start + TIME_DIGITS + 4 + (meta?.length ?? 0);

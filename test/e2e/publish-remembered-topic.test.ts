@@ -15,17 +15,27 @@ import { waitUntil } from '../helpers/wait.ts';
 
 const P = '/v1/projects/p';
 
-/** Two brokers on one Redis and one key prefix. */
-async function twoBrokers(t: Test, target: RedisTarget): Promise<{ first: JsonApi; second: JsonApi; prefix: string; redis: ReturnType<RedisTarget['connect']> }> {
+/**
+ * Two brokers on one Redis and one key prefix; the first remembers topic records for
+ * `rememberTopicMs`, and `topicReads()` counts the records it reads.
+ */
+async function twoBrokers(t: Test, target: RedisTarget, rememberTopicMs: number) {
   const prefix = uniquePrefix('remembered-topic');
-  const apps: FastifyInstance[] = [];
   const redis = target.connect();
-  for (let i = 0; i < 2; i++) apps.push(await buildApp({ redis, keyPrefix: prefix, pullWaitMs: 100 }));
+  const apps: FastifyInstance[] = [];
+  for (let i = 0; i < 2; i++) apps.push(await buildApp({ redis, keyPrefix: prefix, pullWaitMs: 100, rememberTopicMs }));
   t.teardown(async () => {
     await Promise.all(apps.map((app) => app.close()));
     redis.disconnect();
   });
-  return { first: jsonApi(apps[0]), second: jsonApi(apps[1]), prefix, redis };
+  const topics = apps[0].broker.topics;
+  const read = topics.read.bind(topics);
+  let reads = 0;
+  topics.read = (name) => {
+    reads++;
+    return read(name);
+  };
+  return { first: jsonApi(apps[0]), second: jsonApi(apps[1]), prefix, redis, topicReads: () => reads };
 }
 
 const publish = (api: JsonApi, text: string) => api('POST', `${P}/topics/orders:publish`, { messages: [{ data: b64(text) }] });
@@ -37,25 +47,29 @@ async function pulled(api: JsonApi, subscription: string): Promise<string[]> {
 
 for (const target of redisTargets()) {
   t.test(`${target.name}: a topic deleted or created again through another broker`, async (t) => {
-    const { first, second } = await twoBrokers(t, target);
+    const { first, second, topicReads } = await twoBrokers(t, target, 60_000);
     t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
     t.equal((await second('PUT', `${P}/subscriptions/old-orders`, { topic: 'projects/p/topics/orders' })).status, 200);
-    t.equal((await publish(first, 'one')).status, 200, 'published (the first broker now remembers the topic)');
+    t.equal((await publish(first, 'one')).status, 200, 'published');
+    t.equal((await publish(first, 'one and a half')).status, 200, 'published again');
+    t.equal(topicReads(), 1, 'from a remembered record the second time');
     t.equal((await second('DELETE', `${P}/topics/orders`)).status, 200);
     const afterDelete = await publish(first, 'two');
     t.equal(afterDelete.status, 404, 'deleted through the other broker: refused');
     t.equal(afterDelete.body.error.status, 'NOT_FOUND');
+    t.equal(topicReads(), 2, 'the script refused the remembered incarnation, and the record was read again');
 
     t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
     t.equal((await second('PUT', `${P}/subscriptions/new-orders`, { topic: 'projects/p/topics/orders' })).status, 200);
     t.equal((await publish(first, 'three')).status, 200, 'created again: accepted');
     t.equal((await publish(first, 'four')).status, 200, 'and again, from the remembered new record');
+    t.equal(topicReads(), 3, 'one more read, for the new incarnation');
     t.same(await pulled(second, 'new-orders'), ['three', 'four'], 'the new incarnation has them');
-    t.same(await pulled(second, 'old-orders'), ['one'], 'the old subscription keeps only what it held');
+    t.same(await pulled(second, 'old-orders'), ['one', 'one and a half'], 'the old subscription keeps only what it held');
   });
 
   t.test(`${target.name}: a topic whose keys are gone is refused once the remembered record expires`, async (t) => {
-    const { first, second, prefix, redis } = await twoBrokers(t, target);
+    const { first, second, prefix, redis } = await twoBrokers(t, target, 200);
     t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
     t.equal((await publish(first, 'one')).status, 200);
     // Redis loses everything of this prefix, as after a restart without its append-only file.

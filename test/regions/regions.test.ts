@@ -161,6 +161,19 @@ t.test('regions', async (t) => {
     t.same(confirmation.acknowledgeConfirmation.ackIds.sort(), messages.map((m) => m.ackId).sort(), 'both acks confirmed');
   });
 
+  t.test('a change of messageStoragePolicy applies to the next publish through any endpoint', async (t) => {
+    // With regions the broker never reuses a topic record for publishing (DeliveryService rememberTopic).
+    t.equal((await d.api('a', 'PUT', topicPath('moving'), { messageStoragePolicy: { allowedPersistenceRegions: ['a'] } })).status, 200);
+    t.match((await publish(d, 'b', 'moving', ['first'])).body.messageIds, [/^a-\d+$/], 'through b, stored in a');
+    const moved = await d.api('c', 'PATCH', topicPath('moving'), {
+      topic: { messageStoragePolicy: { allowedPersistenceRegions: ['c'] } },
+      updateMask: 'messageStoragePolicy',
+    });
+    t.equal(moved.status, 200);
+    await waitUntil(async () => (await d.api('b', 'GET', topicPath('moving'))).body.messageStoragePolicy?.allowedPersistenceRegions?.[0] === 'c', 15_000, 20);
+    t.match((await publish(d, 'b', 'moving', ['second'])).body.messageIds, [/^c-\d+$/], 'through b right after the change: stored in c');
+  });
+
   t.test('messageStoragePolicy: forwarding to an allowed region, keyed refusal, enforceInTransit', async (t) => {
     const onlyA = { messageStoragePolicy: { allowedPersistenceRegions: ['a'] } };
     t.equal((await d.api('b', 'PUT', topicPath('only-a'), onlyA)).status, 200);
