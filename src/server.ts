@@ -1,5 +1,6 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { buildApp } from './app.ts';
+import { redisTimeUs } from './broker/clock.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
 import { ManagedRedis, ManagedRedisError } from './redis/managed.ts';
 import type { RedisClient } from './redis/scripts.ts';
@@ -83,8 +84,7 @@ async function main(): Promise<void> {
   janitor.unref();
   /** Drops data left by interrupted creates and deletes, and deletes expired subscriptions. */
   async function collectGarbage() {
-    const [seconds, micros] = await redis.time();
-    const nowUs = Number(seconds) * 1_000_000 + Number(micros);
+    const nowUs = await redisTimeUs(redis);
     await app.broker.subscriptions.collectGarbage(nowUs - CLEANUP_GRACE_US);
     await app.broker.subscriptions.expireIdle(nowUs);
   }

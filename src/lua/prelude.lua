@@ -8,19 +8,6 @@ local function now_us(override)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Drops one subscription's reference to a message body; the last one deletes the body.
--- A missing refs entry means "one reference left" (saves memory on single-subscription topics).
-local function release_body(messages_key, refs_key, seq)
-  local refs = redis.call('HGET', refs_key, seq)
-  if not refs then
-    redis.call('HDEL', messages_key, seq)
-  elseif tonumber(refs) <= 2 then
-    redis.call('HDEL', refs_key, seq)
-  else
-    redis.call('HINCRBY', refs_key, seq, -1)
-  end
-end
-
 -- Records that the subscription was used now (its expirationPolicy counts from this).
 local function mark_active(config_key, now)
   redis.call('HSET', config_key, 'activeAt', string.format('%.0f', now))
@@ -59,7 +46,9 @@ local function finish_pull(leased_key, leases, out, now)
   if earliest[2] then out[2] = tonumber(earliest[2]) - now end
 end
 
--- release_body for many seqs at once: one HMGET and at most two HDELs instead of calls per seq.
+-- Drops one subscription's reference to each message body; the last one deletes the body.
+-- A missing refs entry means "one reference left" (saves memory on single-subscription topics).
+-- One HMGET and at most two HDELs for all the seqs.
 local function release_bodies(messages_key, refs_key, seqs)
   local refs = redis.call('HMGET', refs_key, unpack(seqs))
   local last_holder, second_last = {}, {}

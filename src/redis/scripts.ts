@@ -7,7 +7,7 @@ import { BinaryArgsCommand, type BulkStrings } from './binary-command.ts';
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
  * ioredis (EVALSHA, falling back to EVAL after a Redis restart empties the script cache).
- * Callers go through `Scripts.run` / `Scripts.runBuffers`, which pass KEYS and ARGV
+ * Callers go through `Scripts.run` / `Scripts.runEncoded`, which pass KEYS and ARGV
  * explicitly: every key a script touches is declared in KEYS.
  */
 export type RedisClient = Redis | Cluster;
@@ -69,11 +69,6 @@ export class Scripts {
   /** Runs a script; bulk replies come back as strings. */
   run(name: ScriptName, keys: string[], args: Arg[]): Promise<unknown> {
     return this.caller(commandName(name))(keys.length, ...keys, ...args);
-  }
-
-  /** Runs a script; bulk replies come back as Buffers (message bodies are binary). */
-  runBuffers(name: ScriptName, keys: string[], args: Arg[]): Promise<unknown> {
-    return this.caller(`${commandName(name)}Buffer`)(keys.length, ...keys, ...args);
   }
 
   /**

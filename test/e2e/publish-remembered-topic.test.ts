@@ -9,8 +9,8 @@
 import type { FastifyInstance } from 'fastify';
 import t, { type Test } from 'tap';
 import { buildApp } from '../../src/app.ts';
-import { b64, jsonApi, type JsonApi } from '../helpers/app.ts';
-import { redisTargets, uniquePrefix, type RedisTarget } from '../helpers/redis.ts';
+import { b64, jsonApi, unb64, type JsonApi } from '../helpers/app.ts';
+import { masterNodes, redisTargets, uniquePrefix, type RedisTarget } from '../helpers/redis.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
 const P = '/v1/projects/p';
@@ -42,7 +42,7 @@ const publish = (api: JsonApi, text: string) => api('POST', `${P}/topics/orders:
 
 async function pulled(api: JsonApi, subscription: string): Promise<string[]> {
   const { body } = await api('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 10, returnImmediately: true });
-  return (body.receivedMessages ?? []).map((m: any) => Buffer.from(m.message.data, 'base64').toString());
+  return (body.receivedMessages ?? []).map((m: any) => unb64(m.message.data));
 }
 
 for (const target of redisTargets()) {
@@ -73,8 +73,7 @@ for (const target of redisTargets()) {
     t.equal((await second('PUT', `${P}/topics/orders`, {})).status, 200);
     t.equal((await publish(first, 'one')).status, 200);
     // Redis loses everything of this prefix, as after a restart without its append-only file.
-    const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
-    for (const node of nodes) {
+    for (const node of masterNodes(redis)) {
       const keys = await node.keys(`${prefix}:*`);
       if (keys.length) await Promise.all(keys.map((key) => node.del(key)));
     }

@@ -11,7 +11,6 @@ import t, { type Test } from 'tap';
 import { redisTimeUs } from '../../src/broker/clock.ts';
 import { layoutMessage, packMessages, stampMessages, unpackMessage } from '../../src/broker/message-codec.ts';
 import type { BulkStrings } from '../../src/redis/binary-command.ts';
-import type { BrokerContext } from '../../src/broker/context.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
@@ -32,14 +31,12 @@ async function pullAll(broker: TestBroker, id: string): Promise<any[]> {
   return body.receivedMessages ?? [];
 }
 
-const localCtx = (broker: TestBroker): BrokerContext => (broker.app as any).broker.regions.local.ctx;
-
 for (const target of redisTargets()) {
   t.test(`${target.name}: the publish script stores a stamp within its window and refuses one outside`, async (t) => {
     const broker = await startBroker(t, { target, name: 'stamp-window' });
     await topicWithSubscription(t, broker, 'window');
-    const ctx = localCtx(broker);
-    const record = await (broker.app as any).broker.topics.read(parseResourceName('topics', 'projects/p/topics/window'));
+    const ctx = broker.app.broker.ctx;
+    const record = await broker.app.broker.topics.read(parseResourceName('topics', 'projects/p/topics/window'));
     const data = ctx.keys.topicData(record.uid);
     const attached = await ctx.redis.hgetall(data.attached);
     const [uid] = Object.keys(attached);
@@ -85,7 +82,7 @@ for (const target of redisTargets()) {
     t.test(`${target.name}: a broker whose reading of the clock is ${reading} still stamps the right time`, async (t) => {
       const broker = await startBroker(t, { target, name: 'stale-reading' });
       await topicWithSubscription(t, broker, 'stale');
-      const ctx = localCtx(broker);
+      const ctx = broker.app.broker.ctx;
       ctx.publishClock.observe((await redisTimeUs(ctx.redis)) + offsetUs);
       for (const round of [1, 2]) {
         const before = await redisTimeUs(ctx.redis);
@@ -104,7 +101,7 @@ for (const target of redisTargets()) {
   t.test(`${target.name}: a publish whose every stamp is refused answers UNAVAILABLE after three`, async (t) => {
     const broker = await startBroker(t, { target, name: 'no-stamp' });
     await topicWithSubscription(t, broker, 'nostamp');
-    const scripts = localCtx(broker).scripts;
+    const scripts = broker.app.broker.ctx.scripts;
     const runEncoded = scripts.runEncoded.bind(scripts);
     const stamps: string[] = [];
     // A Redis whose clock jumps ahead by an hour before every call: no stamp can keep up.

@@ -25,3 +25,10 @@ export function seededRandom(seed: number) {
     },
   };
 }
+
+/** seededRandom from SEED (default: the clock), with the seed printed so that a failure can be replayed. */
+export function randomFromEnv(t: { comment(message: string): unknown }) {
+  const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
+  t.comment(`SEED=${seed}`);
+  return seededRandom(seed);
+}

@@ -10,7 +10,7 @@
 //     `unpack(KEYS, ...)` in the body (and it must then be used that way);
 //   - every literal ARGV[n] the body uses is declared (an `ARGV[n..]` entry covers >= n);
 // and the script names in SCRIPT_NAMES (src/redis/scripts.ts) and the files match one to one.
-// A last check reads the TypeScript call sites of scripts.run/runBuffers/runEncoded('<literal name>', [...])
+// A last check reads the TypeScript call sites of scripts.run/runEncoded('<literal name>', [...])
 // in src/ and routes/ and compares the number of KEYS they pass with the header.
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -214,7 +214,7 @@ t.test('call sites pass as many KEYS as the header declares', async (t) => {
   for (const file of [...sourceFiles(`${ROOT}src/`), ...sourceFiles(`${ROOT}routes/`)]) {
     const text = readFileSync(file, 'utf8');
     const relative = file.slice(ROOT.length);
-    for (const m of text.matchAll(/\.(?:run|runBuffers|runEncoded)\(\s*'([a-z0-9-]+)'\s*,\s*\[/g)) {
+    for (const m of text.matchAll(/\.(?:run|runEncoded)\(\s*'([a-z0-9-]+)'\s*,\s*\[/g)) {
       const script = byName.get(m[1]);
       const header = script?.header;
       if (!header) {

@@ -7,7 +7,7 @@ import t from 'tap';
 import { LIFT_ABOVE_BYTES } from '../../src/json-body.ts';
 import { startBroker, type TestBroker } from '../helpers/app.ts';
 import { client } from './_support.ts';
-import { seededRandom } from '../helpers/random.ts';
+import { randomFromEnv } from '../helpers/random.ts';
 
 const TOPIC = '/v1/projects/p/topics/large-bodies';
 const SUB = '/v1/projects/p/subscriptions/large-bodies';
@@ -38,9 +38,7 @@ t.test('large publish bodies', async (t) => {
   await broker.api('PUT', SUB, { topic: 'projects/p/topics/large-bodies' });
 
   t.test('what a large publish stores is what it sent', async (t) => {
-    const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
-    t.comment(`SEED=${seed}`);
-    const random = seededRandom(seed);
+    const random = randomFromEnv(t);
     const messages = Array.from({ length: 150 }, (_, i) => ({
       data: Buffer.from(Array.from({ length: random.int(1, 1500) }, () => random.int(0, 255))).toString(random.chance(0.2) ? 'base64url' : 'base64'),
       ...(random.chance(0.5) ? { attributes: { data: `attribute ${i}`, 'é': '"quoted" \\ 日本' } } : {}),

@@ -4,12 +4,10 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { AckIdCodec, type Delivery } from '../../src/broker/ack-id.ts';
-import { seededRandom } from '../helpers/random.ts';
+import { randomFromEnv } from '../helpers/random.ts';
 
 const codec = new AckIdCodec(randomBytes(32));
-const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
-t.comment(`SEED=${seed}`);
-const random = seededRandom(seed);
+const random = randomFromEnv(t);
 
 function randomDelivery(i: number): Delivery {
   return {

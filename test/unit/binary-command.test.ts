@@ -5,7 +5,7 @@
 import { Command } from 'ioredis';
 import t from 'tap';
 import { BinaryArgsCommand, BulkStrings, encodeCommand } from '../../src/redis/binary-command.ts';
-import { seededRandom } from '../helpers/random.ts';
+import { randomFromEnv } from '../helpers/random.ts';
 
 const TEXTS = ['', '1', '12345678901234567', 'key', '{t0123456789abcdef}:messages', 'é', '日本', '\ud83d\ude00', '\r\n', '$3'];
 
@@ -17,9 +17,7 @@ function bulkStrings(buffers: Buffer[]): BulkStrings {
 }
 
 t.test('same bytes as ioredis for random arguments', async (t) => {
-  const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
-  t.comment(`SEED=${seed}`);
-  const random = seededRandom(seed);
+  const random = randomFromEnv(t);
   for (let i = 0; i < 500; i++) {
     const texts = Array.from({ length: random.int(0, 20) }, () => random.pick(TEXTS) + random.pick(TEXTS));
     const buffers = Array.from({ length: random.int(0, 20) }, () =>

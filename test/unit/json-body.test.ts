@@ -5,7 +5,7 @@
 
 import t from 'tap';
 import { liftDataStrings, putBack } from '../../src/json-body.ts';
-import { seededRandom } from '../helpers/random.ts';
+import { randomFromEnv, seededRandom } from '../helpers/random.ts';
 
 /** JSON.parse's result, or undefined where it throws. */
 function tryParse(text: string): { value: unknown } | undefined {
@@ -92,9 +92,7 @@ function maybeBreak(random: ReturnType<typeof seededRandom>, text: string): stri
 }
 
 t.test('random texts: whenever the lifted path succeeds, it equals JSON.parse', async (t) => {
-  const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
-  t.comment(`SEED=${seed}`);
-  const random = seededRandom(seed);
+  const random = randomFromEnv(t);
   let lifted = 0;
   let mismatches = 0;
   for (let i = 0; i < 20_000; i++) {

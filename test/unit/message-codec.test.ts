@@ -5,11 +5,9 @@
 import t from 'tap';
 import { layoutMessage, packMessages, stampMessages, unpackMessage, type MessageLayout } from '../../src/broker/message-codec.ts';
 import { BulkStrings } from '../../src/redis/binary-command.ts';
-import { seededRandom } from '../helpers/random.ts';
+import { randomFromEnv } from '../helpers/random.ts';
 
-const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
-const random = seededRandom(seed);
-t.comment(`SEED=${seed}`);
+const random = randomFromEnv(t);
 
 interface Sent {
   data: Buffer;

@@ -5,7 +5,7 @@
 import t from 'tap';
 import type { ReceivedMessage } from '../../src/broker/delivery.ts';
 import { asciiJson, receivedMessagesJson } from '../../src/broker/received-json.ts';
-import { seededRandom } from '../helpers/random.ts';
+import { randomFromEnv } from '../helpers/random.ts';
 
 function randomText(random: () => number, maxLength: number): string {
   const alphabet = ['a', 'Z', '0', ' ', '"', '\\', '\n', '\t', '\u0000', '\u001f', '\u007f', 'é', '€', '日', '\ud83d\ude00', '\ud800', '\udfff', '</script>'];
@@ -31,9 +31,7 @@ function randomMessage(random: () => number, i: number): ReceivedMessage {
 }
 
 t.test('parses back to the same value as JSON.stringify, and is ASCII', async (t) => {
-  const seed = Number(process.env.SEED ?? Date.now() % 1_000_000);
-  t.comment(`seed ${seed}`);
-  const random = seededRandom(seed).next;
+  const random = randomFromEnv(t).next;
   for (let round = 0; round < 300; round++) {
     const received = Array.from({ length: Math.floor(random() * 6) }, (_, i) => randomMessage(random, i));
     const rest = random() < 0.3 ? { subscriptionProperties: { exactlyOnceDeliveryEnabled: true, messageOrderingEnabled: false } } : undefined;
