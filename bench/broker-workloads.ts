@@ -325,7 +325,7 @@ export async function memoryWorkload(options: {
   };
 }
 
-/** MEMORY USAGE (exact: SAMPLES 0) of every data key of one topic. */
+/** MEMORY USAGE (exact: SAMPLES 0) of every data key of one topic (its body blocks summed). */
 async function dataKeyUsage(
   admin: Redis,
   keyPrefix: string,
@@ -336,14 +336,17 @@ async function dataKeyUsage(
   const topicJson = await admin.hget(keys.topics, `projects/${PROJECT}/topics/${topicId}`);
   if (!topicJson) return {};
   const data = keys.topicData((JSON.parse(topicJson) as { uid: string }).uid);
-  const named: Record<string, string> = { messages: data.messages, refs: data.refs };
+  const usage: Record<string, number> = { bodies: 0 };
+  for await (const blockKeys of admin.scanStream({ match: `${data.bodies}*`, count: 1000 })) {
+    for (const key of blockKeys as string[]) usage.bodies += Number((await admin.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
+  }
+  const named: Record<string, string> = { refs: data.refs };
   for (const [i, id] of subscriptionIds.entries()) {
     const subJson = await admin.hget(keys.subscriptions, `projects/${PROJECT}/subscriptions/${id}`);
     if (!subJson) continue;
     const sub = data.subscription((JSON.parse(subJson) as { uid: string }).uid);
     named[`ready[${i}]`] = sub.ready;
   }
-  const usage: Record<string, number> = {};
   for (const [name, key] of Object.entries(named)) {
     usage[name] = Number((await admin.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
   }

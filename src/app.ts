@@ -29,6 +29,11 @@ export interface AppOptions {
   pullWaitMs?: number;
   /** How long a single-region broker reuses a topic record for publishing, in milliseconds (default 1 s). */
   rememberTopicMs?: number;
+  /**
+   * Publishes whose stored bodies reach this many bytes stage them in a hash before the publish
+   * script runs, instead of passing them to it (default 16 KiB; see publish.lua).
+   */
+  stageBodiesFromBytes?: number;
   logger?: FastifyServerOptions['logger'];
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
@@ -120,6 +125,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: options.pullWaitMs ?? 20_000,
     rememberTopicMs: options.rememberTopicMs ?? 1000,
+    stageBodiesFromBytes: options.stageBodiesFromBytes ?? 16 * 1024,
   });
   const streams = new StreamRegistry(delivery, subscriptions, options.streamHeartbeatMs ?? 15_000);
   app.decorate('broker', { ctx, regions, controlPlane, topics, subscriptions, delivery, streams });

@@ -224,7 +224,7 @@ export class ControlPlane {
     do {
       remaining = await scripts.run(
         'drop-subscription',
-        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.messages, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.bodies, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
         [subscriptionUid, DROP_BATCH],
       );
     } while (remaining !== 0);

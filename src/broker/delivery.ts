@@ -1,5 +1,8 @@
 import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
+import { randomUUID } from 'node:crypto';
 import { BulkStrings } from '../redis/binary-command.ts';
+import { SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
+import type { RedisClient } from '../redis/scripts.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { AckIdCodec, type Delivery } from './ack-id.ts';
@@ -19,6 +22,8 @@ export const MAX_PULL_MESSAGES = 1000;
  */
 export const MAX_PULL_BYTES = 10_000_000;
 export const MAX_PUBLISH_MESSAGES = 1000;
+// One publish takes one block of sequence numbers (keys.ts): its messages must fit in it.
+if (MAX_PUBLISH_MESSAGES > SEQS_PER_BLOCK) throw new Error('a publish must fit in one block of sequence numbers');
 export const MAX_PUBLISH_BYTES = 10_000_000;
 const MAX_ATTRIBUTES = 100;
 const MAX_ATTRIBUTE_KEY_BYTES = 256;
@@ -86,6 +91,8 @@ export interface DeliveryOptions {
   pullWaitMs: number;
   /** How long a topic record is reused for publishing, in milliseconds (see rememberTopic). */
   rememberTopicMs: number;
+  /** Publishes whose packed bodies reach this many bytes stage them outside the script (see publishTo). */
+  stageBodiesFromBytes: number;
 }
 
 /**
@@ -161,6 +168,7 @@ export class DeliveryService {
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
+    const stagingKey = data.staging(randomUUID());
     let refusal: ClockReading | undefined;
     for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
@@ -171,13 +179,14 @@ export class DeliveryService {
       const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
       const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
       stampMessages(bodies, publishTimeUs);
-      // Encoded in one pass: the bodies are nearly all of the call (binary-command.ts).
-      const result = (await ctx.scripts.runEncoded(
-        'publish',
-        [data.state, data.messages, data.refs, ...subscriptionKeys],
-        [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags],
-        bodies,
-      )) as number[];
+      const keys = [data.state, data.bodies, data.refs, stagingKey, ...subscriptionKeys];
+      const args = [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags, String(bodies.count)];
+      // Large bodies are staged in a hash the script renames, so that Redis never makes Lua
+      // strings of them; small ones go in the call, saving the transaction. Either way they are
+      // encoded in one pass: they are nearly all of what is sent (binary-command.ts).
+      const result = (await (bodies.bytes.length >= this.options.stageBodiesFromBytes
+        ? ctx.scripts.runStaged('publish', keys, args, stagingKey, bodies)
+        : ctx.scripts.runEncoded('publish', keys, args, bodies))) as number[];
       if (result[0] === -1) return undefined;
       if (result[0] === -2) {
         this.attachments.delete(cacheKey);
@@ -255,10 +264,10 @@ export class DeliveryService {
     return record.enableMessageOrdering
       ? ctx.scripts.run(
           'acknowledge-ordered',
-          [sub.config, sub.leased, data.messages, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+          [sub.config, sub.leased, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
           [time, ctx.keys.wakeChannel(record.topicUid), ...members],
         )
-      : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.messages, data.refs], [time, ...members]);
+      : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.bodies, data.refs], [time, ...members]);
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
@@ -389,7 +398,7 @@ export class DeliveryService {
     const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
     const reply = (await ctx.scripts.run(
       'pull',
-      [sub.config, sub.ready, sub.leased, data.messages, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+      [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates],
       [ctx.clock.scriptTime(), max, deadlineUs, ctx.keys.wakeChannel(record.topicUid), maxBytes],
     )) as [number, number | '', number, ...(string | number)[]];
     // Not attached in this region: its topic was deleted there before the subscription came.
@@ -407,7 +416,7 @@ export class DeliveryService {
       generations.push(Number(reply[i + 1]));
     }
     // Read outside the script: Redis copies a body straight into the reply from here.
-    const bodies = await ctx.redis.hmgetBuffer(data.messages, ...seqs);
+    const bodies = await readBodies(ctx.redis, data, seqs);
     const codec = await this.options.ackIds();
     const received: LeasedMessage[] = [];
     const expired: string[] = [];
@@ -567,6 +576,31 @@ const publishTimes = {
     return this.lastText;
   },
 };
+
+/**
+ * The stored bodies of messages `seqs` (null where gone), in that order: one HMGET per body block
+ * (a pull's messages come from few blocks), pipelined; on Redis Cluster all on the topic's slot.
+ */
+async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): Promise<(Buffer | null)[]> {
+  const blocks = new Map<string, { fields: string[]; places: number[] }>();
+  seqs.forEach((seq, place) => {
+    const { key, field } = data.bodyLocation(seq);
+    let block = blocks.get(key);
+    if (!block) blocks.set(key, (block = { fields: [], places: [] }));
+    block.fields.push(field);
+    block.places.push(place);
+  });
+  const pipeline = redis.pipeline();
+  for (const [key, { fields }] of blocks) pipeline.hmgetBuffer(key, ...fields);
+  const replies = (await pipeline.exec()) ?? [];
+  const bodies: (Buffer | null)[] = new Array(seqs.length).fill(null);
+  [...blocks.values()].forEach(({ places }, b) => {
+    const [error, values] = replies[b] as [Error | null, (Buffer | null)[]];
+    if (error) throw error;
+    places.forEach((place, i) => (bodies[place] = values[i]));
+  });
+  return bodies;
+}
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
 

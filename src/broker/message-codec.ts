@@ -1,7 +1,8 @@
 import { BulkStrings } from '../redis/binary-command.ts';
 
 /**
- * How a message is stored: once per topic, in one hash field, exactly as the broker packs it:
+ * How a message is stored: once per topic, in one hash field (of its body block, see keys.ts),
+ * exactly as the broker packs it:
  *
  *   [publish time: 16 ASCII digits, µs][u32 big-endian length of M]
  *   [M: JSON [attributes, orderingKey] or empty][raw data bytes]
@@ -46,14 +47,18 @@ export function layoutMessage(base64Data: string, attributes?: Record<string, st
 }
 
 /**
- * Writes messages in their stored form, publish time still zeros, as the bulk strings that end
- * the publish script's call: each message's base64 is decoded straight into place. Node's decoder
+ * Writes messages in their stored form, publish time still zeros, as the field/value pairs of
+ * their body block (`0 m0 1 m1 ...`, see keys.ts) that end the publish's call to Redis: each
+ * message's base64 is decoded straight into place. Node's decoder
  * reads both alphabets and skips anything else, so data is well-formed exactly when it decodes to
  * the length its size implies. Returns the index of the first message whose data does not, or
  * the packed messages.
  */
 export function packMessages(layouts: MessageLayout[]): BulkStrings | { invalidData: number } {
-  const packed = new BulkStrings(layouts.map((layout) => layout.storedBytes));
+  const packed = new BulkStrings(
+    layouts.map((layout) => layout.storedBytes),
+    { indexFields: true },
+  );
   for (let i = 0; i < layouts.length; i++) {
     const { base64Data, meta, dataBytes } = layouts[i];
     const start = packed.starts[i];

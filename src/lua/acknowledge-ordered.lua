@@ -3,7 +3,7 @@
   subscriptions a keyed message is acknowledged only when it is its key's oldest un-acked one.
   KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0")
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
-  KEYS[3]    message bodies
+  KEYS[3]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[4]    body reference counts
   KEYS[5]    ready list (a key whose last outstanding message is acked goes back here)
   KEYS[6]    keyed ZSET
@@ -19,7 +19,7 @@
   Invariant: as acknowledge; and a key with nothing outstanding and messages left is queued in
              the ready list exactly once.
 ]]
-local config_key, leased_key, messages_key, refs_key, ready_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local config_key, leased_key, bodies_prefix, refs_key, ready_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local keyed_key, deliveries_key, key_states_key = KEYS[6], KEYS[7], KEYS[8]
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
@@ -85,7 +85,7 @@ argv_chunks(3, function(members)
   end
   if #ended == 0 then return end
   redis.call('ZREM', leased_key, unpack(ended))
-  release_bodies(messages_key, refs_key, ended_seqs)
+  release_bodies(bodies_prefix, refs_key, ended_seqs)
   if #ended_keyed == 0 then return end
   redis.call('ZREM', keyed_key, unpack(ended_keyed))
   redis.call('HDEL', deliveries_key, unpack(ended_keyed_seqs))

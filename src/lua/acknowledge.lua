@@ -2,7 +2,7 @@
   acknowledge: ends the given deliveries of one subscription for good.
   KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0")
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
-  KEYS[3]    message bodies
+  KEYS[3]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[4]    body reference counts
   ARGV[1]    time override in microseconds, or ''
   ARGV[2..]  deliveries as "seq:gen"
@@ -14,7 +14,7 @@
   Invariant: an acknowledgement only ends the delivery (generation) it names, never a newer one;
              on exactly-once subscriptions only a lease still within its deadline is acknowledged.
 ]]
-local config_key, leased_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local config_key, leased_key, bodies_prefix, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {-1} end
@@ -34,7 +34,7 @@ argv_chunks(2, function(members)
   end
   if #ended > 0 then
     redis.call('ZREM', leased_key, unpack(ended))
-    release_bodies(messages_key, refs_key, seqs)
+    release_bodies(bodies_prefix, refs_key, seqs)
   end
 end)
 return results

@@ -6,7 +6,7 @@
   KEYS[3]    the subscription's config (HASH)
   KEYS[4]    its ready list
   KEYS[5]    its leases
-  KEYS[6]    message bodies
+  KEYS[6]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[7]    body reference counts
   KEYS[8]    its keyed ZSET (ordered subscriptions)
   KEYS[9]    its keyed deliveries (HASH)
@@ -18,7 +18,7 @@
              it held is released exactly once (a keyed message is released through the keyed
              ZSET only, even while it is also leased).
 ]]
-local state_key, attached_key, config_key, ready_key, leased_key, messages_key, refs_key =
+local state_key, attached_key, config_key, ready_key, leased_key, bodies_prefix, refs_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local keyed_key, deliveries_key, key_states_key = KEYS[8], KEYS[9], KEYS[10]
 local batch = tonumber(ARGV[2])
@@ -38,7 +38,7 @@ for i = 1, #leases, 2 do
 end
 local keyed = redis.call('ZPOPMIN', keyed_key, batch)
 for i = 1, #keyed, 2 do seqs[#seqs + 1] = tostring(tonumber(string.sub(keyed[i], -16))) end
-if #seqs > 0 then release_bodies(messages_key, refs_key, seqs) end
+if #seqs > 0 then release_bodies(bodies_prefix, refs_key, seqs) end
 
 local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)
 if remaining == 0 then redis.call('DEL', deliveries_key, key_states_key) end

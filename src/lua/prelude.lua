@@ -46,23 +46,42 @@ local function finish_pull(leased_key, leases, out, now)
   if earliest[2] then out[2] = tonumber(earliest[2]) - now end
 end
 
+-- Message bodies live in blocks: the bodies of one publish are one hash, `<bodies prefix><b>`,
+-- where b is the publish's block and a message's field is its place in the publish; its seq is
+-- b * SEQS_PER_BLOCK + field (SEQS_PER_BLOCK in src/redis/keys.ts, and SCHEMA.md).
+local SEQS_PER_BLOCK = 1000
+
+-- The key and field of message `seq`'s body.
+local function body_location(bodies_prefix, seq)
+  local n = tonumber(seq)
+  local block = math.floor(n / SEQS_PER_BLOCK)
+  return bodies_prefix .. string.format('%d', block), string.format('%d', n - block * SEQS_PER_BLOCK)
+end
+
 -- Drops one subscription's reference to each message body; the last one deletes the body.
 -- A missing refs entry means "one reference left" (saves memory on single-subscription topics).
--- One HMGET and at most two HDELs for all the seqs.
-local function release_bodies(messages_key, refs_key, seqs)
+-- One HMGET, at most one HDEL per body block and one for the refs. A block hash whose last
+-- field goes is deleted by Redis itself.
+local function release_bodies(bodies_prefix, refs_key, seqs)
   local refs = redis.call('HMGET', refs_key, unpack(seqs))
   local last_holder, second_last = {}, {}
   for i, seq in ipairs(seqs) do
     local count = refs[i] and tonumber(refs[i])
     if not count then
-      last_holder[#last_holder + 1] = seq
+      local key, field = body_location(bodies_prefix, seq)
+      local fields = last_holder[key]
+      if not fields then
+        fields = {}
+        last_holder[key] = fields
+      end
+      fields[#fields + 1] = field
     elseif count <= 2 then
       second_last[#second_last + 1] = seq
     else
       redis.call('HINCRBY', refs_key, seq, -1)
     end
   end
-  if #last_holder > 0 then redis.call('HDEL', messages_key, unpack(last_holder)) end
+  for key, fields in pairs(last_holder) do redis.call('HDEL', key, unpack(fields)) end
   if #second_last > 0 then redis.call('HDEL', refs_key, unpack(second_last)) end
 end
 

@@ -1,9 +1,11 @@
 --[[
   publish: stores a batch of messages once and fans it out to every attached subscription.
-  KEYS[1]    topic state (HASH: seq, attachVersion, deleted)
-  KEYS[2]    message bodies (HASH seq -> body)
+  KEYS[1]    topic state (HASH: block, attachVersion, deleted)
+  KEYS[2]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
-  KEYS[4..]  three keys per attached subscription, in the order the caller read them:
+  KEYS[4]    the staging key: when ARGV holds no bodies, the broker wrote them here (HASH
+             index -> body, with a TTL) in the same MULTI/EXEC, just before this call
+  KEYS[5..]  three keys per attached subscription, in the order the caller read them:
              its ready list, its keyed ZSET and its key states (the last two used when ordered)
   ARGV[1]    time override in microseconds, or '' for Redis TIME
   ARGV[2]    the publish time (µs) the broker stamped into every body, from its reading of the
@@ -13,42 +15,65 @@
   ARGV[4]    wake channel, published to when anyone is attached
   ARGV[5]    the request's ordering key ('' for none; one key per request)
   ARGV[6]    one character per attached subscription: '1' ordered, '0' not
-  ARGV[7..]  message bodies as stored: the stamp's 16 digits, then what the broker packs (see
-             src/broker/message-codec.ts). Stored as they come: Lua builds no string per body.
+  ARGV[7]    the number of messages, n (at most SEQS_PER_BLOCK)
+  ARGV[8..]  either nothing (the bodies are staged in KEYS[4]) or the bodies inline, as the
+             pairs index, body: '0', body 0, ..., n - 1, body n - 1. A body as stored: the
+             stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
+             Small publishes come inline; large ones are staged, because every byte a script
+             is handed costs Redis a pass (it builds a Lua string of each argument), while a
+             staged hash becomes the block by RENAME, without its bytes being read.
   Returns    {1, firstSeq, nowUs}   stored, seqs firstSeq .. firstSeq + n - 1
              {-1}                   the topic incarnation was deleted
              {-2}                   attachments changed: re-read them and retry
              {-3, nowUs}            the stamp is too far from now: stamp again from nowUs and retry
+             On every answer but {1, ...} nothing was written, and a staging key is deleted.
   Invariant: every subscription attached at publish time holds each new seq exactly once (in its
              ready list, or for an ordered one with a key, in its keyed ZSET with the key queued
              or busy), and the body is kept while any of them holds it. Every stored publish
-             time is within [now - 10 s, now + 1 s] of the one clock when it was stored.
+             time is within [now - 10 s, now + 1 s] of the one clock when it was stored. A block
+             is taken by one publish only, so a body is never overwritten.
 ]]
-local state_key, messages_key, refs_key = KEYS[1], KEYS[2], KEYS[3]
+local state_key, bodies_prefix, refs_key, staging_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
+local FIRST_BODY_ARG = 8
+local count = tonumber(ARGV[7])
+local staged = #ARGV < FIRST_BODY_ARG
+if staged and redis.call('HLEN', staging_key) ~= count then
+  return redis.error_reply('publish: the staged bodies are not all there')
+end
+local function discard_staging()
+  if staged then redis.call('DEL', staging_key) end
+end
+local function refuse(reply)
+  discard_staging()
+  return reply
+end
+
 local now = now_us(ARGV[1])
 local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion')
-if state[1] then return {-1} end
-if (state[2] or '0') ~= ARGV[3] then return {-2} end
+if state[1] then return refuse({-1}) end
+if (state[2] or '0') ~= ARGV[3] then return refuse({-2}) end
 local stamp = tonumber(ARGV[2])
-if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHEAD_US then return {-3, now} end
+if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHEAD_US then return refuse({-3, now}) end
 
 local ordering_key, ordered_flags = ARGV[5], ARGV[6]
-local first_body = 7
-local count = #ARGV - first_body + 1
-local last_seq = redis.call('HINCRBY', state_key, 'seq', count)
-local first_seq = last_seq - count + 1
-local subscriptions = (#KEYS - 3) / 3
-if subscriptions == 0 then return {1, first_seq, now} end
-
-local seqs, bodies = {}, {}
-for i = 1, count do
-  local seq = tostring(first_seq + i - 1)
-  seqs[i] = seq
-  bodies[2 * i - 1] = seq
-  bodies[2 * i] = ARGV[first_body + i - 1]
+local block = redis.call('HINCRBY', state_key, 'block', 1)
+local first_seq = block * SEQS_PER_BLOCK
+local subscriptions = (#KEYS - 4) / 3
+if subscriptions == 0 then -- nobody to deliver to: nothing is stored
+  discard_staging()
+  return {1, first_seq, now}
 end
-redis.call('HSET', messages_key, unpack(bodies))
+
+local block_key = bodies_prefix .. string.format('%d', block)
+if staged then
+  redis.call('RENAME', staging_key, block_key)
+  redis.call('PERSIST', block_key)
+else
+  redis.call('HSET', block_key, unpack(ARGV, FIRST_BODY_ARG))
+end
+local seqs = {}
+for i = 1, count do seqs[i] = string.format('%d', first_seq + i - 1) end
 if subscriptions > 1 then
   local refs = {}
   for i = 1, count do
@@ -60,7 +85,7 @@ end
 
 local keyed_members
 for s = 1, subscriptions do
-  local ready_key, keyed_key, key_states_key = KEYS[3 * s + 1], KEYS[3 * s + 2], KEYS[3 * s + 3]
+  local ready_key, keyed_key, key_states_key = KEYS[3 * s + 2], KEYS[3 * s + 3], KEYS[3 * s + 4]
   if ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
     if not keyed_members then
       keyed_members = {}

@@ -6,7 +6,7 @@
   KEYS[1]    subscription config (HASH ackDeadlineUs, retentionUs, ...)
   KEYS[2]    ready list (LIST of "seq" | "seq:gen" for unkeyed messages, "k:<key>" for keys)
   KEYS[3]    leases (ZSET "seq:gen" -> deadline in microseconds)
-  KEYS[4]    message bodies (HASH seq -> body; only their sizes are read here)
+  KEYS[4]    prefix of the body block keys (see body_location; only sizes are read here)
   KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
   KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
   KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
@@ -30,7 +30,7 @@
              order; an expired lease of a key sends that message and every later outstanding one
              of the key back, in order, before anything newer.
 ]]
-local config_key, ready_key, leased_key, messages_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local config_key, ready_key, leased_key, bodies_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local keys = { keyed = KEYS[5], deliveries = KEYS[6], states = KEYS[7], leased = leased_key, ready = ready_key }
 local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
@@ -47,7 +47,7 @@ local function has_room() return remaining > 0 and bytes < max_bytes end
 -- Bodies are not read here (a body read into Lua costs a pass over every byte): only their
 -- sizes, for the byte budget. A size of 0 means the body is gone.
 local function stored_size(seq)
-  return redis.call('HSTRLEN', messages_key, seq)
+  return redis.call('HSTRLEN', body_location(bodies_prefix, seq))
 end
 
 local function lease(seq, gen, size)

@@ -31,7 +31,7 @@ export class BinaryArgsCommand extends Command {
 
 /** The RESP array of bulk strings for `name args... trailing...`. */
 export function encodeCommand(name: string, args: string[], trailing: BulkStrings): Buffer {
-  let text = `*${args.length + 1 + trailing.count}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`;
+  let text = `*${args.length + 1 + trailing.bulkCount}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`;
   for (const arg of args) text += `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`;
   const textBytes = Buffer.byteLength(text);
   const out = Buffer.allocUnsafe(textBytes + trailing.bytes.length);
@@ -50,30 +50,49 @@ const ZERO = 0x30;
  * each), to end a command: each string's bytes are written in place by whoever produces them (a
  * publish decodes each message's base64 straight in here), and the command copies them all at
  * once, instead of one allocation and one copy per string.
+ *
+ * With `indexFields`, each string is preceded by its index as a bulk string of its own: the
+ * field/value pairs `0 s0 1 s1 ...` of an HSET (how publish stores a batch's bodies).
  */
 export class BulkStrings {
   /** The framed strings: string i's bytes are at starts[i] .. starts[i] + lengths[i]. */
   readonly bytes: Buffer;
   readonly starts: number[] = [];
+  /** How many bulk strings `bytes` holds (twice the strings with index fields). */
+  readonly bulkCount: number;
 
-  constructor(readonly lengths: number[]) {
+  constructor(
+    readonly lengths: number[],
+    { indexFields = false }: { indexFields?: boolean } = {},
+  ) {
     let room = 0;
-    for (const length of lengths) room += length + 16 + 5;
+    for (const length of lengths) room += length + 16 + 5 + (indexFields ? 16 + 5 : 0);
     const bytes = Buffer.allocUnsafe(room);
     let used = 0;
-    for (const length of lengths) {
+    const writeHeader = (length: number) => {
       bytes[used++] = DOLLAR;
       used = writeDigits(bytes, used, length);
       bytes[used++] = CR;
       bytes[used++] = LF;
+    };
+    lengths.forEach((length, index) => {
+      if (indexFields) {
+        writeHeader(digitCount(index));
+        used = writeDigits(bytes, used, index);
+        bytes[used++] = CR;
+        bytes[used++] = LF;
+      }
+      writeHeader(length);
       this.starts.push(used);
       used += length;
       bytes[used++] = CR;
       bytes[used++] = LF;
-    }
+    });
     this.bytes = bytes.subarray(0, used);
+    this.bulkCount = lengths.length * (indexFields ? 2 : 1);
   }
 
+  /** How many strings (not counting index fields). */
   get count(): number {
     return this.lengths.length;
   }
@@ -84,10 +103,15 @@ export class BulkStrings {
   }
 }
 
-/** Writes a non-negative integer's decimal digits at `offset`; returns the offset after them. */
-function writeDigits(bytes: Buffer, offset: number, value: number): number {
+function digitCount(value: number): number {
   let digits = 1;
   for (let rest = value; rest >= 10; rest = Math.floor(rest / 10)) digits++;
+  return digits;
+}
+
+/** Writes a non-negative integer's decimal digits at `offset`; returns the offset after them. */
+function writeDigits(bytes: Buffer, offset: number, value: number): number {
+  const digits = digitCount(value);
   for (let i = offset + digits - 1, rest = value; i >= offset; i--, rest = Math.floor(rest / 10)) {
     bytes[i] = ZERO + (rest % 10);
   }

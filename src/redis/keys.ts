@@ -57,6 +57,14 @@ export class Keys {
   }
 }
 
+/**
+ * Each publish takes one block of sequence numbers: block b holds seqs b*1000 .. b*1000 + 999,
+ * and their bodies are the hash `<bodies>b`, field seq - b*1000. A publish carries at most 1000
+ * messages, so a publish's bodies are one hash that the publish script can take over whole
+ * (RENAME) without reading them (see publish.lua). Kept equal to SEQS_PER_BLOCK in prelude.lua.
+ */
+export const SEQS_PER_BLOCK = 1000;
+
 export class TopicKeys {
   constructor(private readonly base: string) {}
 
@@ -66,8 +74,18 @@ export class TopicKeys {
   get attached(): string {
     return `${this.base}:attached`;
   }
-  get messages(): string {
-    return `${this.base}:messages`;
+  /** The prefix of the body block keys (HASH index -> body): block b is `<bodies>b`. */
+  get bodies(): string {
+    return `${this.base}:b:`;
+  }
+  /** The body block key and field that hold the body of message `seq`. */
+  bodyLocation(seq: number | string): { key: string; field: string } {
+    const n = Number(seq);
+    return { key: `${this.bodies}${Math.floor(n / SEQS_PER_BLOCK)}`, field: String(n % SEQS_PER_BLOCK) };
+  }
+  /** Where a publish stages its bodies (HASH index -> body) for the publish script to take over. */
+  staging(id: string): string {
+    return `${this.base}:staging:${id}`;
   }
   get refs(): string {
     return `${this.base}:refs`;

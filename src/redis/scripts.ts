@@ -7,7 +7,7 @@ import { BinaryArgsCommand, type BulkStrings } from './binary-command.ts';
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
  * ioredis (EVALSHA, falling back to EVAL after a Redis restart empties the script cache).
- * Callers go through `Scripts.run` / `Scripts.runEncoded`, which pass KEYS and ARGV
+ * Callers go through `Scripts.run` / `runEncoded` / `runStaged`, which pass KEYS and ARGV
  * explicitly: every key a script touches is declared in KEYS.
  */
 export type RedisClient = Redis | Cluster;
@@ -39,6 +39,9 @@ export function readScriptSource(name: ScriptName): string {
 export function listScriptFiles(): string[] {
   return readdirSync(LUA_DIR).filter((file) => file.endsWith('.lua') && file !== PRELUDE_FILE);
 }
+
+/** How long a staging hash outlives a publish whose script never ran (see runStaged). */
+const STAGING_TTL_SECONDS = 60;
 
 const commandName = (name: ScriptName) => `pubsub_${name.replaceAll('-', '_')}`;
 
@@ -80,8 +83,42 @@ export class Scripts {
   async runEncoded(name: ScriptName, keys: string[], args: string[], trailing: BulkStrings): Promise<unknown> {
     // The arguments before the script's own ARGV are all ioredis needs for routing.
     const routing = [this.shas.get(name)!, String(keys.length), ...keys];
-    const send = () =>
-      this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], trailing, routing)) as Promise<unknown>;
+    return this.loadingScriptsOnNoscript(
+      () => this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], trailing, routing)) as Promise<unknown>,
+    );
+  }
+
+  /**
+   * Runs a script whose large binary input (publish's message bodies) is first written to a
+   * staging hash under a key nobody else knows: `HSET stagingKey 0 b0 1 b1 ...`, `EXPIRE
+   * stagingKey`, then the script, which takes the hash over (RENAME) or deletes it. Redis never
+   * makes Lua strings of the bodies this way (see publish.lua).
+   *
+   * The three commands go out together on the staging key's connection, so Redis runs them in
+   * this order; other clients' commands may run in between, but the staging key means nothing to
+   * them, so the state change is still the script alone. Not a MULTI: ioredis's transactions cost
+   * the broker ~100 µs per call (a pipeline copies the whole payload again). The TTL only
+   * matters when the script did not run (NOSCRIPT, a broker gone before it): the staging key
+   * then expires on its own. On NOSCRIPT every script is loaded and all three are sent again,
+   * rewriting the same staging key.
+   */
+  async runStaged(name: ScriptName, keys: string[], args: string[], stagingKey: string, trailing: BulkStrings): Promise<unknown> {
+    const routing = [this.shas.get(name)!, String(keys.length), ...keys];
+    return this.loadingScriptsOnNoscript(async () => {
+      const sent = [
+        this.redis.sendCommand(new BinaryArgsCommand('hset', [stagingKey], trailing, [stagingKey])),
+        this.redis.expire(stagingKey, STAGING_TTL_SECONDS),
+        this.redis.evalsha(...(routing as [string, string, ...string[]]), ...args),
+      ];
+      const [staged, expiring, script] = await Promise.allSettled(sent);
+      // A failed HSET (say, out of memory) is the cause of whatever the script then said.
+      for (const outcome of [staged, expiring, script]) if (outcome.status === 'rejected') throw outcome.reason;
+      return (script as PromiseFulfilledResult<unknown>).value;
+    });
+  }
+
+  /** Sends again after loading every script when the script cache was emptied (NOSCRIPT). */
+  private async loadingScriptsOnNoscript(send: () => Promise<unknown>): Promise<unknown> {
     try {
       return await send();
     } catch (error) {

@@ -15,7 +15,7 @@ import { ManualClock } from '../../src/broker/clock.ts';
 import { resourceName } from '../../src/broker/names.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
-import { masterNodes, redisTargets, type RedisClient, type RedisTarget } from '../helpers/redis.ts';
+import { masterNodes, redisTargets, scanKeys, storedBodies, type RedisClient, type RedisTarget } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
 
@@ -105,21 +105,6 @@ function paddingAliases(ackId: string): string[] {
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
   const base = alphabet.indexOf(ackId.at(-1)!) & ~15;
   return [...alphabet.slice(base, base + 16)].map((c) => ackId.slice(0, -1) + c).filter((alias) => alias !== ackId);
-}
-
-/** Every key of a Redis deployment matching a pattern (each master of a cluster). */
-async function scanKeys(redis: RedisClient, pattern: string): Promise<string[]> {
-  const nodes = masterNodes(redis);
-  const found: string[] = [];
-  for (const node of nodes) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      found.push(...keys);
-      cursor = next;
-    } while (cursor !== '0');
-  }
-  return found.sort();
 }
 
 async function subscribersOf(redis: RedisClient, channel: string): Promise<number> {
@@ -363,45 +348,46 @@ for (const target of redisTargets()) {
       await h.topic('bodies');
       const lonely = await h.dataKeys('bodies');
       await h.publish('bodies', 'nobody listens');
-      t.equal(await redis.hlen(lonely.data.messages), 0, 'a publish with no subscription attached stores no body');
+      t.equal((await storedBodies(redis, lonely.data)).size, 0, 'a publish with no subscription attached stores no body');
 
       await h.subscription('bodies-1', 'bodies');
       await h.subscription('bodies-2', 'bodies');
       const published = await h.publish('bodies', 'a', 'b', 'c');
       const { data, uid } = await h.dataKeys('bodies');
-      t.equal(await redis.hlen(data.messages), 3, 'three bodies stored once for both subscriptions');
+      t.equal((await storedBodies(redis, data)).size, 3, 'three bodies stored once for both subscriptions');
 
       const one = await h.pull('bodies-1');
       expectEmpty200(t, await h.ack('bodies-1', one.map((r) => r.ackId)), 'bodies-1 acks all three');
-      t.equal(await redis.hlen(data.messages), 3, 'bodies-2 still holds them: all three stay');
+      t.equal((await storedBodies(redis, data)).size, 3, 'bodies-2 still holds them: all three stay');
 
       const two = await h.pull('bodies-2');
       t.same(texts(two), ['a', 'b', 'c'], 'bodies-2 reads the shared bodies intact');
       expectEmpty200(t, await h.ack('bodies-2', [two[0].ackId]), 'bodies-2 acks the first');
-      t.same(sortedIds(await redis.hkeys(data.messages)), published.slice(1), 'its body is gone, the others stay');
+      t.same(sortedIds([...(await storedBodies(redis, data)).keys()]), published.slice(1), 'its body is gone, the others stay');
 
       expectEmpty200(t, await h.modack('bodies-2', [two[1].ackId], 0), 'bodies-2 nacks the second');
       h.clock.advanceSeconds(10); // the third's lease expires too
       const again = await h.pull('bodies-2');
       t.same(sortedIds(ids(again)), published.slice(1), 'nacked and expired ones come back with their bodies');
       expectEmpty200(t, await h.ack('bodies-2', again.map((r) => r.ackId)), 'bodies-2 acks the rest');
-      t.equal(await redis.hlen(data.messages), 0, 'every body is gone');
-      t.equal(await redis.exists(data.messages, data.refs), 0, 'neither the bodies hash nor the reference counts remain');
+      t.equal((await storedBodies(redis, data)).size, 0, 'every body is gone');
+      t.same(await scanKeys(redis, `${data.bodies}*`), [], 'no body block is left');
+      t.equal(await redis.exists(data.refs), 0, 'nor the reference counts');
 
       const left = await scanKeys(redis, `${h.broker.prefix}:{t${uid}}:*`);
       t.same(
-        left.filter((key) => /:(messages|refs|ready|leased)$/.test(key)),
+        left.filter((key) => /:(b:\d+|staging:.*|refs|ready|leased)$/.test(key)),
         [],
         `no message data is left under the topic's keys (left: ${left.map((k) => k.slice(h.broker.prefix.length)).join(', ')})`,
       );
       const [single] = await h.publish('bodies', 'late');
-      t.equal(await redis.hlen(data.messages), 1, 'a new publish stores its body again');
+      t.equal((await storedBodies(redis, data)).size, 1, 'a new publish stores its body again');
       for (const sub of ['bodies-1', 'bodies-2']) {
         const [r] = await h.pull(sub);
         t.equal(r?.message.messageId, single);
         expectEmpty200(t, await h.ack(sub, [r.ackId]), `${sub} acks it`);
       }
-      t.equal(await redis.hlen(data.messages), 0, 'and drops it after both acked');
+      t.equal((await storedBodies(redis, data)).size, 0, 'and drops it after both acked');
     });
 
     t.test('a long-polling pull is woken by a publish from another request', async (t) => {

@@ -5,7 +5,7 @@ import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
-import { redisTargets } from '../helpers/redis.ts';
+import { redisTargets, storedBodies } from '../helpers/redis.ts';
 
 const TOPIC = '/v1/projects/p/topics/life';
 const topicName = { project: 'p', id: 'life', full: 'projects/p/topics/life' };
@@ -22,17 +22,16 @@ for (const target of redisTargets()) {
     await broker.api('PUT', TOPIC, {});
     await broker.api('PUT', '/v1/projects/p/subscriptions/short', { topic: topicName.full, messageRetentionDuration: '600s' });
     await broker.api('PUT', '/v1/projects/p/subscriptions/long', { topic: topicName.full });
-    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old') }] });
+    const [oldId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old') }] })).body.messageIds;
     clock.advanceSeconds(601);
-    await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new') }] });
+    const [newId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new') }] })).body.messageIds;
     const short = await broker.api('POST', '/v1/projects/p/subscriptions/short:pull', { maxMessages: 10, returnImmediately: true });
-    t.same(short.body.receivedMessages.map((m: any) => m.message.messageId), ['2'], 'the expired message is skipped');
+    t.same(short.body.receivedMessages.map((m: any) => m.message.messageId), [newId], 'the expired message is skipped');
     const long = await broker.api('POST', '/v1/projects/p/subscriptions/long:pull', { maxMessages: 10, returnImmediately: true });
-    t.same(long.body.receivedMessages.map((m: any) => m.message.messageId), ['1', '2'], 'a longer retention still has it');
+    t.same(long.body.receivedMessages.map((m: any) => m.message.messageId), [oldId, newId], 'a longer retention still has it');
     await broker.api('POST', '/v1/projects/p/subscriptions/long:acknowledge', { ackIds: long.body.receivedMessages.map((m: any) => m.ackId) });
     const { data } = await topicKeys(broker);
-    t.equal(await broker.redis.hexists(data.messages, '1'), 0, 'the expired body is gone once nobody holds it');
-    t.equal(await broker.redis.hexists(data.messages, '2'), 1, 'the other body is still held by the short subscription');
+    t.same([...(await storedBodies(broker.redis, data)).keys()], [newId], 'the expired body is gone once nobody holds it; the short subscription still holds the other');
   });
 
   for (const exactlyOnce of [false, true]) {
@@ -45,15 +44,15 @@ for (const target of redisTargets()) {
       await broker.api('PUT', sub, { topic: topicName.full, messageRetentionDuration: '600s', enableMessageOrdering: true, enableExactlyOnceDelivery: exactlyOnce });
       await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old-1'), orderingKey: 'k' }, { data: b64('old-2'), orderingKey: 'k' }] });
       clock.advanceSeconds(601);
-      await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new'), orderingKey: 'k' }] });
+      const [newId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new'), orderingKey: 'k' }] })).body.messageIds;
       const pulled = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
-      t.same(pulled.body.receivedMessages.map((m: any) => m.message.messageId), ['3'], 'only the retained message of the key');
+      t.same(pulled.body.receivedMessages.map((m: any) => m.message.messageId), [newId], 'only the retained message of the key');
       const { data } = await topicKeys(broker);
-      t.same(await broker.redis.hkeys(data.messages), ['3'], 'the expired bodies are gone');
+      t.same([...(await storedBodies(broker.redis, data)).keys()], [newId], 'the expired bodies are gone');
       const ack = await broker.api('POST', `${sub}:acknowledge`, { ackIds: [pulled.body.receivedMessages[0].ackId] });
       t.same([ack.status, ack.body], [200, {}], 'the retained message is next in its key');
       t.same((await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true })).body, {}, 'nothing left');
-      t.equal(await broker.redis.hlen(data.messages), 0, 'and no body');
+      t.equal((await storedBodies(broker.redis, data)).size, 0, 'and no body');
     });
   }
 
@@ -70,10 +69,10 @@ for (const target of redisTargets()) {
     t.equal(await broker.redis.hlen(data.refs), 30, 'two holders per body');
     t.same((await broker.api('DELETE', '/v1/projects/p/subscriptions/drop')).body, {});
     t.equal(await broker.redis.hlen(data.refs), 0, 'one holder left: no reference counts');
-    t.equal(await broker.redis.hlen(data.messages), 30, 'the remaining subscription still has every body');
+    t.equal((await storedBodies(broker.redis, data)).size, 30, 'the remaining subscription still has every body');
     const kept = await broker.api('POST', '/v1/projects/p/subscriptions/keep:pull', { maxMessages: 100, returnImmediately: true });
     await broker.api('POST', '/v1/projects/p/subscriptions/keep:acknowledge', { ackIds: kept.body.receivedMessages.map((m: any) => m.ackId) });
-    t.equal(await broker.redis.hlen(data.messages), 0, 'no body left once the last holder acked');
+    t.equal((await storedBodies(broker.redis, data)).size, 0, 'no body left once the last holder acked');
   });
 
   t.test(`${target.name}: the janitor drops data of a create interrupted between attach and record`, async (t) => {

@@ -1,23 +1,38 @@
-// Publishing sends its script as EVALSHA written by the broker itself (Scripts.runEncoded). When
+// Publishing sends its script as EVALSHA written by the broker itself (Scripts.runEncoded), or,
+// for large publishes, inside a MULTI/EXEC after the staged bodies (Scripts.runStaged). When
 // Redis's script cache is emptied (a restart, SCRIPT FLUSH), the next publish loads the scripts
-// again and still stores each message exactly once.
+// again and still stores each message exactly once; the staged bodies of the transaction whose
+// script was missing are taken over by the retry, so no staging key is left behind.
 
 import t from 'tap';
+import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
-import { masterNodes, redisTargets } from '../helpers/redis.ts';
+import { masterNodes, redisTargets, scanKeys } from '../helpers/redis.ts';
 
 for (const target of redisTargets()) {
-  t.test(`${target.name}: a publish after SCRIPT FLUSH is stored once`, async (t) => {
-    const broker = await startBroker(t, { target, name: 'script-cache' });
-    await broker.api('PUT', '/v1/projects/p/topics/cache', {});
-    await broker.api('PUT', '/v1/projects/p/subscriptions/cache', { topic: 'projects/p/topics/cache' });
-    const publish = (...texts: string[]) =>
-      broker.api('POST', '/v1/projects/p/topics/cache:publish', { messages: texts.map((text) => ({ data: b64(text) })) });
-    t.same((await publish('before')).body, { messageIds: ['1'] });
-    const nodes = masterNodes(broker.redis);
-    await Promise.all(nodes.map((node) => node.script('FLUSH')));
-    t.same((await publish('after-1', 'after-2')).body, { messageIds: ['2', '3'] }, 'accepted after the flush');
-    const { body } = await broker.api('POST', '/v1/projects/p/subscriptions/cache:pull', { maxMessages: 10, returnImmediately: true });
-    t.same(body.receivedMessages.map((m: any) => unb64(m.message.data)), ['before', 'after-1', 'after-2'], 'each message delivered once');
-  });
+  for (const staged of [false, true]) {
+    t.test(`${target.name}, ${staged ? 'staged bodies' : 'bodies in the call'}: a publish after SCRIPT FLUSH is stored once`, async (t) => {
+      const broker = await startBroker(t, { target, name: 'script-cache', stageBodiesFromBytes: staged ? 0 : Infinity });
+      await broker.api('PUT', '/v1/projects/p/topics/cache', {});
+      await broker.api('PUT', '/v1/projects/p/subscriptions/cache', { topic: 'projects/p/topics/cache' });
+      const publish = async (...texts: string[]): Promise<string[]> => {
+        const { status, body } = await broker.api('POST', '/v1/projects/p/topics/cache:publish', {
+          messages: texts.map((text) => ({ data: b64(text) })),
+        });
+        t.equal(status, 200, `${texts.join(', ')}: accepted`);
+        return body.messageIds;
+      };
+      const [before] = await publish('before');
+      const nodes = masterNodes(broker.redis);
+      await Promise.all(nodes.map((node) => node.script('FLUSH')));
+      const after = await publish('after-1', 'after-2');
+      t.ok(Number(after[0]) > Number(before) && Number(after[1]) === Number(after[0]) + 1, `new IDs after the flush: ${after}`);
+      const { body } = await broker.api('POST', '/v1/projects/p/subscriptions/cache:pull', { maxMessages: 10, returnImmediately: true });
+      t.same(body.receivedMessages.map((m: any) => unb64(m.message.data)), ['before', 'after-1', 'after-2'], 'each message delivered once');
+      t.same(body.receivedMessages.map((m: any) => m.message.messageId), [before, ...after], 'under the IDs the publishes answered');
+      const record = await broker.app.broker.topics.read(parseResourceName('topics', 'projects/p/topics/cache'));
+      const data = broker.app.broker.ctx.keys.topicData(record.uid);
+      t.same(await scanKeys(broker.redis, data.staging('*')), [], 'no staging key is left');
+    });
+  }
 }

@@ -25,12 +25,18 @@ interface Teardown {
 
 export async function startBroker(
   t: Teardown,
-  options: { target?: RedisTarget; clock?: Clock; pullWaitMs?: number; name?: string } = {},
+  options: { target?: RedisTarget; clock?: Clock; pullWaitMs?: number; name?: string; stageBodiesFromBytes?: number } = {},
 ): Promise<TestBroker> {
   const target = options.target ?? redisTargets()[0];
   const redis = target.connect();
   const prefix = uniquePrefix(options.name ?? 'broker');
-  const app = await buildApp({ redis, keyPrefix: prefix, clock: options.clock, pullWaitMs: options.pullWaitMs ?? 200 });
+  const app = await buildApp({
+    redis,
+    keyPrefix: prefix,
+    clock: options.clock,
+    pullWaitMs: options.pullWaitMs ?? 200,
+    stageBodiesFromBytes: options.stageBodiesFromBytes,
+  });
   t.teardown(async () => {
     await app.close();
     redis.disconnect();

@@ -18,6 +18,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
+import { SEQS_PER_BLOCK, type TopicKeys } from '../../src/redis/keys.ts';
 import { REDIS_HOST, clusterPorts, skipCluster, standalonePort } from '../setup/redis-config.ts';
 
 export type RedisClient = Redis | Cluster;
@@ -74,4 +75,32 @@ export function redisTargets(): RedisTarget[] {
     });
   }
   return targets;
+}
+
+/** Every key of a Redis deployment matching a pattern (each master of a cluster), sorted. */
+export async function scanKeys(redis: RedisClient, pattern: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const node of masterNodes(redis)) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      found.push(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+  }
+  return found.sort();
+}
+
+/**
+ * The message bodies a topic incarnation stores, seq -> body: every body block (keys.ts). On a
+ * cluster they are all on the topic's slot, so the client reads each block where it lives.
+ */
+export async function storedBodies(redis: RedisClient, data: TopicKeys): Promise<Map<string, Buffer>> {
+  const bodies = new Map<string, Buffer>();
+  for (const key of await scanKeys(redis, `${data.bodies}*`)) {
+    const block = Number(key.slice(data.bodies.length));
+    const fields = await redis.hgetallBuffer(key);
+    for (const [field, body] of Object.entries(fields)) bodies.set(String(block * SEQS_PER_BLOCK + Number(field)), body);
+  }
+  return bodies;
 }

@@ -10,8 +10,9 @@
 //     `unpack(KEYS, ...)` in the body (and it must then be used that way);
 //   - every literal ARGV[n] the body uses is declared (an `ARGV[n..]` entry covers >= n);
 // and the script names in SCRIPT_NAMES (src/redis/scripts.ts) and the files match one to one.
-// A last check reads the TypeScript call sites of scripts.run/runEncoded('<literal name>', [...])
-// in src/ and routes/ and compares the number of KEYS they pass with the header.
+// A last check reads the TypeScript call sites of scripts.run/runEncoded/runStaged('<literal
+// name>', [...] or a `const` array declared before the call) in src/ and routes/ and compares
+// the number of KEYS they pass with the header.
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
@@ -214,14 +215,17 @@ t.test('call sites pass as many KEYS as the header declares', async (t) => {
   for (const file of [...sourceFiles(`${ROOT}src/`), ...sourceFiles(`${ROOT}routes/`)]) {
     const text = readFileSync(file, 'utf8');
     const relative = file.slice(ROOT.length);
-    for (const m of text.matchAll(/\.(?:run|runEncoded)\(\s*'([a-z0-9-]+)'\s*,\s*\[/g)) {
+    for (const m of text.matchAll(/\.(?:run|runEncoded|runStaged)\(\s*'([a-z0-9-]+)'\s*,\s*(\[|[A-Za-z_]\w*)/g)) {
       const script = byName.get(m[1]);
       const header = script?.header;
       if (!header) {
         t.fail(`${relative}: runs unknown script ${m[1]}`);
         continue;
       }
-      const elements = arrayElements(text, m.index! + m[0].length - 1);
+      // KEYS written in the call, or in the closest `const <name> = [...]` before it.
+      const declaration = m[2] === '[' ? undefined : text.lastIndexOf(`const ${m[2]} = [`, m.index);
+      const arrayStart = declaration === undefined ? m.index! + m[0].length - 1 : declaration + `const ${m[2]} = `.length;
+      const elements = declaration === -1 ? undefined : arrayElements(text, arrayStart);
       if (!elements) {
         t.fail(`${relative}: cannot read the KEYS array of the ${m[1]} call`);
         continue;

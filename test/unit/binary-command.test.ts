@@ -1,6 +1,6 @@
 // The one-pass RESP writer of big binary commands (a publish's EVALSHA) writes exactly the bytes
 // ioredis's own serialization writes for the same arguments: random strings (any text), then
-// Buffers (any size, empty included) laid out as BulkStrings.
+// Buffers (any size, empty included) laid out as BulkStrings, with or without index fields.
 
 import { Command } from 'ioredis';
 import t from 'tap';
@@ -10,8 +10,11 @@ import { randomFromEnv } from '../helpers/random.ts';
 const TEXTS = ['', '1', '12345678901234567', 'key', '{t0123456789abcdef}:messages', 'é', '日本', '\ud83d\ude00', '\r\n', '$3'];
 
 /** Bulk strings holding copies of `buffers`. */
-function bulkStrings(buffers: Buffer[]): BulkStrings {
-  const strings = new BulkStrings(buffers.map((buffer) => buffer.length));
+function bulkStrings(buffers: Buffer[], indexFields = false): BulkStrings {
+  const strings = new BulkStrings(
+    buffers.map((buffer) => buffer.length),
+    { indexFields },
+  );
   buffers.forEach((buffer, i) => buffer.copy(strings.bytes, strings.starts[i]));
   return strings;
 }
@@ -20,20 +23,26 @@ t.test('same bytes as ioredis for random arguments', async (t) => {
   const random = randomFromEnv(t);
   for (let i = 0; i < 500; i++) {
     const texts = Array.from({ length: random.int(0, 20) }, () => random.pick(TEXTS) + random.pick(TEXTS));
-    const buffers = Array.from({ length: random.int(0, 20) }, () =>
-      random.chance(0.01)
+    const many = random.chance(0.05); // index fields of 3 digits
+    const buffers = Array.from({ length: many ? random.int(101, 1000) : random.int(0, 20) }, () =>
+      many
+        ? Buffer.from(Array.from({ length: random.int(0, 10) }, () => random.int(0, 255)))
+        : random.chance(0.01)
         ? Buffer.alloc(random.int(10_000, 2_000_000), random.int(0, 255)) // lengths of 5 to 7 digits
         : Buffer.from(Array.from({ length: random.int(0, 3000) }, () => random.int(0, 255))),
     );
+    // With index fields each buffer follows its index: HSET's field/value pairs.
+    const indexFields = random.chance(0.5);
+    const trailing = indexFields ? buffers.flatMap((buffer, j) => [String(j), buffer]) : buffers;
     // RPUSH: ioredis rewrites some HSET argument lists (a key and one object), never RPUSH's.
-    const expected = new Command('rpush', [...texts, ...buffers]).toWritable(undefined as never);
-    const strings = bulkStrings(buffers);
+    const expected = new Command('rpush', [...texts, ...trailing]).toWritable(undefined as never);
+    const strings = bulkStrings(buffers, indexFields);
     const actual = encodeCommand('rpush', texts, strings);
     if (!Buffer.from(expected).equals(actual)) {
       t.fail(`arguments ${i} differ`);
       return;
     }
-    if (!buffers.every((buffer, j) => strings.at(j).equals(buffer))) {
+    if (strings.count !== buffers.length || !buffers.every((buffer, j) => strings.at(j).equals(buffer))) {
       t.fail(`bulk strings ${i}: at() does not give back each string`);
       return;
     }
