@@ -13,7 +13,7 @@ import { StreamRegistry } from './broker/streams.ts';
 import { Wakeups } from './broker/wakeups.ts';
 import websocket from '@fastify/websocket';
 import { MAX_STREAM_FRAME_BYTES } from '../routes/streaming.ts';
-import { ApiError, invalidArgument, unavailable } from './errors.ts';
+import { ApiError, invalidArgument, invalidJsonBody, unavailable } from './errors.ts';
 import { LIFT_ABOVE_BYTES, liftDataStrings, putBack } from './json-body.ts';
 import { Keys } from './redis/keys.ts';
 import { Scripts, type RedisClient } from './redis/scripts.ts';
@@ -79,6 +79,18 @@ declare module 'fastify' {
   interface FastifyInstance {
     broker: Broker;
     routeList: RegisteredRoute[];
+  }
+  interface FastifyRequest {
+    /** The body was parsed with its message data strings lifted out (json-body.ts). */
+    liftedMessageData: boolean;
+  }
+  interface FastifyContextConfig {
+    /**
+     * Large bodies of this route are parsed with their message "data" strings lifted out
+     * (json-body.ts): only for a route that decodes every such string as base64 and, when it
+     * fails, answers as JSON.parse would have if refusedByJsonParse says so (publish).
+     */
+    liftsMessageData?: boolean;
   }
 }
 
@@ -202,6 +214,7 @@ function acceptJsonBodies(app: FastifyInstance): void {
   };
   // Prototype poisoning needs a "__proto__" or "constructor" key, possibly spelled with \u escapes.
   const namesPoison = (text: string) => text.includes('__proto__') || text.includes('constructor');
+  app.decorateRequest('liftedMessageData', false);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, raw, done) => {
     if (!Buffer.isBuffer(raw)) return done(null, {});
@@ -211,19 +224,23 @@ function acceptJsonBodies(app: FastifyInstance): void {
     // Nearly every body is ASCII (base64 data, ack IDs): that becomes a string by plain copy,
     // where decoding UTF-8 costs a pass over every byte.
     const encoding = isAscii(bytes) ? 'latin1' : 'utf8';
-    // A large body (a big publish) is parsed without ever being one large string: see json-body.ts.
-    const lifted = bytes.length > LIFT_ABOVE_BYTES ? liftDataStrings(bytes, encoding) : undefined;
+    // A large publish is parsed without ever being one large string: see json-body.ts.
+    const lifts = bytes.length > LIFT_ABOVE_BYTES && request.routeOptions.config.liftsMessageData === true;
+    const lifted = lifts ? liftDataStrings(bytes, encoding) : undefined;
     if (lifted) {
       // A skeleton's only \u escapes are its placeholders (json-body.ts): the names are enough.
       const parsed = parse(request, lifted.skeleton, namesPoison(lifted.skeleton));
-      if (parsed && putBack(parsed.value, lifted.strings)) return done(null, parsed.value);
+      if (parsed && putBack(parsed.value, lifted.strings)) {
+        request.liftedMessageData = true;
+        return done(null, parsed.value);
+      }
     }
     const body = bytes.toString(encoding);
     // /\S/ stops at the first character of a JSON body; trim() would copy the whole body first.
     if (!/\S/.test(body)) return done(null, {});
     const parsed = parse(request, body, namesPoison(body) || body.includes('\\u'));
     // Fastify's own error text names application/json whatever was sent, so one neutral message instead.
-    return parsed ? done(null, parsed.value) : done(invalidArgument('Invalid JSON payload received. Body is not valid JSON.'), undefined);
+    return parsed ? done(null, parsed.value) : done(invalidJsonBody(), undefined);
   });
 }
 

@@ -64,6 +64,8 @@ export const notFound = (resourceId: string) =>
 export const alreadyExists = (resourceId: string) =>
   new ApiError('ALREADY_EXISTS', `Resource already exists in the project (resource=${resourceId}).`);
 export const invalidArgument = (message: string) => new ApiError('INVALID_ARGUMENT', message);
+/** What a body that is not JSON gets (also a large publish whose lifted data is not: json-body.ts). */
+export const invalidJsonBody = () => invalidArgument('Invalid JSON payload received. Body is not valid JSON.');
 export const failedPrecondition = (message: string) => new ApiError('FAILED_PRECONDITION', message);
 export const unavailable = (message = 'The service is currently unavailable: the message store cannot be reached.') =>
   new ApiError('UNAVAILABLE', message);

@@ -8,17 +8,26 @@
  * its own; the rest of the text (the skeleton, with a placeholder where each lifted string was)
  * is parsed as JSON, and every lifted string is put back where its placeholder landed.
  *
+ * Only the publish route lifts (a route config flag in app.ts), because its `data` strings are
+ * checked again anyway: each must decode as base64, which no raw control character does. So a
+ * lifted string is not searched for raw control characters here (that search was a tenth of a
+ * large publish's CPU): a publish that fails is looked at again (refusedByJsonParse), and one
+ * whose lifted data holds a raw control character gets the error of a body that is not JSON.
+ *
  * The result is exactly JSON.parse of the whole text whenever liftDataStrings and putBack both
- * succeed; otherwise the caller parses the whole text. Why:
- *   - A lifted string runs from `"data":"` to the next `"` and holds no backslash (no escapes)
- *     and no control character (raw ones are invalid JSON), so it is valid string content.
+ * succeed and no lifted string holds a raw control character; otherwise the caller parses the
+ * whole text. Why:
+ *   - A lifted string runs from `"data":"` to the next `"` and holds no backslash (no escapes),
+ *     so, but for raw control characters, it is valid string content.
  *   - The quote after `data` and the one after the colon are unescaped (a letter and a colon
  *     precede them), and in JSON two unescaped quotes around a colon can only close a key and
  *     open its value. The quote before `data` may be escaped (a key that ends in `\"data`): then
  *     the lifted string is still that key's value, and putBack sends the body down the ordinary
  *     path because the key is not "data".
- *   - putBack requires every placeholder to be the whole value of a "data" key, exactly once, so
- *     a duplicate key or a placeholder spelled in the body itself also takes the ordinary path.
+ *   - putBack requires every placeholder to be the whole value of the "data" key of a message
+ *     (an object in the top-level "messages" array), exactly once, so a duplicate key, a
+ *     placeholder spelled in the body itself, or a "data" string anywhere else (say, an
+ *     attribute named data, which no base64 decode would check) also takes the ordinary path.
  */
 
 /** Bodies up to this size are parsed whole (their text is a regular string). */
@@ -28,6 +37,20 @@ const DATA_PREFIX = Buffer.from('"data":"');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const CONTROL_CHARACTER = /[\u0000-\u001f]/;
+
+/**
+ * Whether JSON.parse would have refused a body that the lifted path parsed: when a lifted string
+ * (a message's data, see putBack) holds a raw control character. Lifted strings hold no escapes,
+ * so any control character in them was raw in the body.
+ */
+export function refusedByJsonParse(parsed: unknown): boolean {
+  const messages = (parsed as { messages?: unknown } | null)?.messages;
+  if (!Array.isArray(messages)) return false;
+  return messages.some((message) => {
+    const data = (message as { data?: unknown } | null)?.data;
+    return typeof data === 'string' && CONTROL_CHARACTER.test(data);
+  });
+}
 /**
  * Placeholders are `\u0000<index>`: JSON text that parses to NUL followed by the index. JSON can
  * spell NUL no other way (a raw one is invalid), and a body with any `\u` escape of its own is
@@ -47,8 +70,8 @@ export interface LiftedBody {
 
 /**
  * Lifts every `"data":"…"` string out of a body (decoded as `encoding`), or returns undefined when
- * there is none, one of them has an escape, a control character or no closing quote, or the rest
- * of the body has a `\u` escape.
+ * there is none, one of them has an escape or no closing quote, or the rest of the body has a
+ * `\u` escape. A lifted string may hold raw control characters (see the top of this file).
  */
 export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): LiftedBody | undefined {
   const pieces: string[] = [];
@@ -68,7 +91,6 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
     const piece = bytes.toString(encoding, copiedUpTo, start);
     if (piece.includes(UNICODE_ESCAPE)) return undefined;
     const string = bytes.toString(encoding, start, end);
-    if (CONTROL_CHARACTER.test(string)) return undefined;
     pieces.push(piece, `${PLACEHOLDER_ESCAPE}${strings.length}`);
     strings.push(string);
     copiedUpTo = end;
@@ -82,11 +104,14 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
 
 /**
  * Puts the lifted strings back into the parsed skeleton, in place. False (the parsed value is then
- * unusable) unless every string that starts like a placeholder is the whole value of a "data"
- * key, and together they name every lifted string exactly once: then none of them came from the
- * body itself, and each sits where its string was.
+ * unusable) unless every string that starts like a placeholder is the whole value of the "data"
+ * key of a message (an object in the top-level "messages" array), and together they name every
+ * lifted string exactly once: then none of them came from the body itself, each sits where its
+ * string was, and each is a message's data, which publish decodes as base64.
  */
 export function putBack(parsed: unknown, strings: string[]): boolean {
+  const topMessages = typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>).messages : undefined;
+  const messages = new Set(Array.isArray(topMessages) ? topMessages : []);
   const placed = new Array<boolean>(strings.length).fill(false);
   let count = 0;
   const claim = (text: string): number | undefined => {
@@ -110,7 +135,7 @@ export function putBack(parsed: unknown, strings: string[]): boolean {
       for (const key of Object.keys(record)) {
         const item = record[key];
         if (typeof item === 'string' && item.startsWith(PLACEHOLDER_MARK)) {
-          const index = key === 'data' ? claim(item) : undefined;
+          const index = key === 'data' && messages.has(record) ? claim(item) : undefined;
           if (index === undefined) return false;
           record[key] = strings[index];
         } else if (typeof item === 'object' && item !== null) {

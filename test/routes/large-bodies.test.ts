@@ -89,6 +89,10 @@ t.test('large publish bodies', async (t) => {
       ['cut short', body.slice(0, -3)],
       ['a raw newline in a data string', body.replace(`"data":"${filler.slice(0, 10)}`, `"data":"${filler.slice(0, 5)}\n${filler.slice(5, 10)}`)],
       ['a raw tab in an attribute named data', body.replace('{"data"', '{"attributes":{"data":"a\tb"},"data"')],
+      [
+        'a raw newline in the last data string, after a message that breaks a publish rule',
+        body.replace('{"data"', '{"attributes":{"goog-reserved":"x"},"data"').replace(/"data":"([^"]{5})([^"]*)"\}\]\}$/, '"data":"$1\n$2"}]}'),
+      ],
       ['a __proto__ key', body.replace('{"data"', '{"__proto__":{"polluted":"yes"},"data"')],
       ['a __proto__ key spelled with escapes', body.replace('{"data"', '{"attributes":{"\\u005f_proto__":"x"},"data"')],
     ];
@@ -105,5 +109,14 @@ t.test('large publish bodies', async (t) => {
     }
     t.same(await pullAll(broker), [], 'nothing was stored');
     t.equal(({} as Record<string, unknown>).polluted, undefined, 'no prototype was touched');
+  });
+
+  t.test('an escaped control character in data is valid JSON and invalid base64, in large and small bodies', async (t) => {
+    const { text: large } = largeBody(3, '{"data":"QU\\u0001JD"}');
+    for (const [what, text] of [['large', large], ['small', '{"messages":[{"data":"QU\\u0001JD"}]}']] as const) {
+      const refused = await send(broker, text);
+      t.same([refused.status, refused.body.error?.message], [400, `Message ${what === 'large' ? 120 : 0}: "data" is not valid base64.`], what);
+    }
+    t.same(await pullAll(broker), [], 'nothing was stored');
   });
 });
