@@ -29,10 +29,18 @@ export class BinaryArgsCommand extends Command {
   }
 }
 
-/** The RESP array of bulk strings for `name args... trailing...`. */
+/**
+ * The RESP array of bulk strings for `name args... trailing...`. When the leading part fits in
+ * the room `trailing` keeps in front of its strings, it is written there and the command is a
+ * view of that buffer: the strings are not copied at all. Several commands made from the same
+ * BulkStrings (retries) share that room, so each must have been written out before the next is
+ * made: true of every caller, who makes the next only after the last one's reply.
+ */
 export function encodeCommand(name: string, args: string[], trailing: BulkStrings): Buffer {
   let text = `*${args.length + 1 + trailing.bulkCount}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`;
   for (const arg of args) text += `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`;
+  const inPlace = trailing.withLeading(text);
+  if (inPlace) return inPlace;
   const textBytes = Buffer.byteLength(text);
   const out = Buffer.allocUnsafe(textBytes + trailing.bytes.length);
   out.write(text, 0);
@@ -60,6 +68,8 @@ export class BulkStrings {
   readonly starts: number[] = [];
   /** How many bulk strings `bytes` holds (twice the strings with index fields). */
   readonly bulkCount: number;
+  /** The whole allocation: LEADING_ROOM bytes for a command's leading part, then `bytes`. */
+  readonly #allocation: Buffer;
 
   constructor(
     readonly lengths: number[],
@@ -67,7 +77,8 @@ export class BulkStrings {
   ) {
     let room = 0;
     for (const length of lengths) room += length + 16 + 5 + (indexFields ? 16 + 5 : 0);
-    const bytes = Buffer.allocUnsafe(room);
+    this.#allocation = Buffer.allocUnsafe(LEADING_ROOM + room);
+    const bytes = this.#allocation.subarray(LEADING_ROOM);
     let used = 0;
     const writeHeader = (length: number) => {
       bytes[used++] = DOLLAR;
@@ -101,7 +112,23 @@ export class BulkStrings {
   at(index: number): Buffer {
     return this.bytes.subarray(this.starts[index], this.starts[index] + this.lengths[index]);
   }
+
+  /** `leading` followed by the strings, without a copy of them: undefined when it does not fit the room. */
+  withLeading(leading: string): Buffer | undefined {
+    const length = Buffer.byteLength(leading);
+    if (length > LEADING_ROOM) return undefined;
+    const start = LEADING_ROOM - length;
+    this.#allocation.write(leading, start);
+    return this.#allocation.subarray(start, LEADING_ROOM + this.bytes.length);
+  }
 }
+
+/**
+ * Room kept in front of bulk strings for the command that sends them: enough for a staged
+ * publish's `HSET <staging key>` with a long key prefix (the EVALSHA of a small publish, whose
+ * keys grow with its subscriptions, may not fit: it is copied, which is cheap for small ones).
+ */
+const LEADING_ROOM = 512;
 
 function digitCount(value: number): number {
   let digits = 1;
