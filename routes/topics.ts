@@ -37,7 +37,7 @@ export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions
     } catch (error) {
       // A large body's data strings were not searched for raw control characters (json-body.ts):
       // every one that decoded had none, so only a failed publish can be such a body.
-      throw request.liftedMessageData && refusedByJsonParse(request.body) ? invalidJsonBody() : error;
+      throw request.liftedMessageData && refusedByJsonParse(request.liftedMessageData) ? invalidJsonBody() : error;
     }
   });
 }

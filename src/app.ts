@@ -81,8 +81,8 @@ declare module 'fastify' {
     routeList: RegisteredRoute[];
   }
   interface FastifyRequest {
-    /** The body was parsed with its message data strings lifted out (json-body.ts). */
-    liftedMessageData: boolean;
+    /** The strings lifted out of the body when it was parsed (json-body.ts), else null. */
+    liftedMessageData: string[] | null;
   }
   interface FastifyContextConfig {
     /**
@@ -214,7 +214,7 @@ function acceptJsonBodies(app: FastifyInstance): void {
   };
   // Prototype poisoning needs a "__proto__" or "constructor" key, possibly spelled with \u escapes.
   const namesPoison = (text: string) => text.includes('__proto__') || text.includes('constructor');
-  app.decorateRequest('liftedMessageData', false);
+  app.decorateRequest('liftedMessageData', null);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, raw, done) => {
     if (!Buffer.isBuffer(raw)) return done(null, {});
@@ -231,7 +231,7 @@ function acceptJsonBodies(app: FastifyInstance): void {
       // A skeleton's only \u escapes are its placeholders (json-body.ts): the names are enough.
       const parsed = parse(request, lifted.skeleton, namesPoison(lifted.skeleton));
       if (parsed && putBack(parsed.value, lifted.strings)) {
-        request.liftedMessageData = true;
+        request.liftedMessageData = lifted.strings;
         return done(null, parsed.value);
       }
     }

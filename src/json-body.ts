@@ -39,18 +39,14 @@ const BACKSLASH = 0x5c;
 const CONTROL_CHARACTER = /[\u0000-\u001f]/;
 
 /**
- * Whether JSON.parse would have refused a body that the lifted path parsed: when a lifted string
- * (a message's data, see putBack) holds a raw control character. Lifted strings hold no escapes,
- * so any control character in them was raw in the body.
+ * Whether JSON.parse would have refused a body that the lifted path parsed: when one of the
+ * strings it lifted holds a raw control character. Lifted strings hold no escapes, so any
+ * control character in them was raw in the body.
  */
-export function refusedByJsonParse(parsed: unknown): boolean {
-  const messages = (parsed as { messages?: unknown } | null)?.messages;
-  if (!Array.isArray(messages)) return false;
-  return messages.some((message) => {
-    const data = (message as { data?: unknown } | null)?.data;
-    return typeof data === 'string' && CONTROL_CHARACTER.test(data);
-  });
+export function refusedByJsonParse(lifted: string[]): boolean {
+  return lifted.some((string) => CONTROL_CHARACTER.test(string));
 }
+
 /**
  * Placeholders are `\u0000<index>`: JSON text that parses to NUL followed by the index. JSON can
  * spell NUL no other way (a raw one is invalid), and a body with any `\u` escape of its own is
