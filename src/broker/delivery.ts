@@ -592,7 +592,8 @@ async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): 
   });
   const pipeline = redis.pipeline();
   for (const [key, { fields }] of blocks) pipeline.hmgetBuffer(key, ...fields);
-  const replies = (await pipeline.exec()) ?? [];
+  // exec() answers null only for a transaction whose WATCH failed; this is a plain pipeline.
+  const replies = (await pipeline.exec())!;
   const bodies: (Buffer | null)[] = new Array(seqs.length).fill(null);
   [...blocks.values()].forEach(({ places }, b) => {
     const [error, values] = replies[b] as [Error | null, (Buffer | null)[]];

@@ -1,7 +1,7 @@
 --[[
   drop-subscription: detaches a subscription and releases, in bounded batches, the message
   bodies it still holds. Called repeatedly until it returns 0; safe to repeat after a crash.
-  KEYS[1]    topic state (HASH: seq, attachVersion, deleted)
+  KEYS[1]    topic state (HASH: block, attachVersion, deleted)
   KEYS[2]    attached subscriptions (HASH uid -> ordered flag)
   KEYS[3]    the subscription's config (HASH)
   KEYS[4]    its ready list
@@ -37,7 +37,7 @@ for i = 1, #leases, 2 do
   if redis.call('HEXISTS', deliveries_key, seq) == 0 then seqs[#seqs + 1] = seq end
 end
 local keyed = redis.call('ZPOPMIN', keyed_key, batch)
-for i = 1, #keyed, 2 do seqs[#seqs + 1] = tostring(tonumber(string.sub(keyed[i], -16))) end
+for i = 1, #keyed, 2 do seqs[#seqs + 1] = keyed_member_seq(keyed[i]) end
 if #seqs > 0 then release_bodies(bodies_prefix, refs_key, seqs) end
 
 local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)

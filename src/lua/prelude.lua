@@ -112,6 +112,12 @@ local function keyed_member(key, seq)
   return key_prefix(key) .. string.format('%016d', tonumber(seq))
 end
 
+-- The seq of a keyed member, written as everywhere else ('%d': tostring would write a seq of
+-- 15 digits or more in exponent form).
+local function keyed_member_seq(member)
+  return string.format('%d', tonumber(string.sub(member, -16)))
+end
+
 -- Lexicographic range bounds of one key's members (the byte after the prefix is a digit).
 local function key_range(key)
   local prefix = key_prefix(key)
@@ -145,7 +151,7 @@ local function revoke_from(keys, key, seq)
   local later = redis.call('ZRANGEBYLEX', keys.keyed, '[' .. keyed_member(key, seq), max, 'LIMIT', 0, 1000)
   local revoked = 0
   for _, member in ipairs(later) do
-    local later_seq = tostring(tonumber(string.sub(member, -16)))
+    local later_seq = keyed_member_seq(member)
     local info = redis.call('HGET', keys.deliveries, later_seq)
     if not info then break end
     local gen, state = split_keyed_delivery(info)

@@ -4,7 +4,7 @@
   KEYS[2]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
   KEYS[4]    the staging key: when ARGV holds no bodies, the broker wrote them here (HASH
-             index -> body, with a TTL) in the same MULTI/EXEC, just before this call
+             index -> body, with a TTL) just before this call (Scripts.runStaged)
   KEYS[5..]  three keys per attached subscription, in the order the caller read them:
              its ready list, its keyed ZSET and its key states (the last two used when ordered)
   ARGV[1]    time override in microseconds, or '' for Redis TIME

@@ -74,7 +74,7 @@ local function deliver_key(key)
   local outstanding = 0
   if #members > 0 then
     local seqs = {}
-    for i, member in ipairs(members) do seqs[i] = tostring(tonumber(string.sub(member, -16))) end
+    for i, member in ipairs(members) do seqs[i] = keyed_member_seq(member) end
     local infos = redis.call('HMGET', keys.deliveries, unpack(seqs))
     local delivered, gone, gone_seqs = {}, {}, {}
     for i, member in ipairs(members) do

@@ -19,6 +19,14 @@ export class Keys {
   get ackSecret(): string {
     return this.meta('ack-secret');
   }
+  /** The layout of the data plane this store holds (storage-format.ts). */
+  get storageFormat(): string {
+    return this.meta('storage-format');
+  }
+  /** A SCAN pattern for one data key of every topic incarnation, e.g. `messages`. */
+  everyTopicData(name: string): string {
+    return `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}:{t*}:${name}`;
+  }
   get topics(): string {
     return this.meta('topics');
   }

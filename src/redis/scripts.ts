@@ -94,26 +94,29 @@ export class Scripts {
    * stagingKey`, then the script, which takes the hash over (RENAME) or deletes it. Redis never
    * makes Lua strings of the bodies this way (see publish.lua).
    *
-   * The three commands go out together on the staging key's connection, so Redis runs them in
+   * The three go out together on the staging key's connection, so Redis normally runs them in
    * this order; other clients' commands may run in between, but the staging key means nothing to
    * them, so the state change is still the script alone. Not a MULTI: ioredis's transactions cost
-   * the broker ~100 µs per call (a pipeline copies the whole payload again). The TTL only
-   * matters when the script did not run (NOSCRIPT, a broker gone before it): the staging key
-   * then expires on its own. On NOSCRIPT every script is loaded and all three are sent again,
-   * rewriting the same staging key.
+   * the broker ~100 µs per call (a pipeline copies the whole payload again). When the order breaks
+   * (ioredis Cluster retries each command on its own after a failover, so the script may come
+   * first: it then finds the bodies missing and writes nothing) or the script fails, the staging
+   * key is deleted once all three have answered; the TTL covers a broker that stops before that.
+   * On NOSCRIPT every script is loaded and all three are sent again.
    */
   async runStaged(name: ScriptName, keys: string[], args: string[], stagingKey: string, trailing: BulkStrings): Promise<unknown> {
     const routing = [this.shas.get(name)!, String(keys.length), ...keys];
     return this.loadingScriptsOnNoscript(async () => {
-      const sent = [
+      const [staged, , script] = await Promise.allSettled([
         this.redis.sendCommand(new BinaryArgsCommand('hset', [stagingKey], trailing, [stagingKey])),
         this.redis.expire(stagingKey, STAGING_TTL_SECONDS),
         this.redis.evalsha(...(routing as [string, string, ...string[]]), ...args),
-      ];
-      const [staged, expiring, script] = await Promise.allSettled(sent);
-      // A failed HSET (say, out of memory) is the cause of whatever the script then said.
-      for (const outcome of [staged, expiring, script]) if (outcome.status === 'rejected') throw outcome.reason;
-      return (script as PromiseFulfilledResult<unknown>).value;
+      ]);
+      // The script's answer is what happened, whatever the other two said (an HSET whose reply
+      // came after its timeout still wrote the bodies the script took over).
+      if (script.status === 'fulfilled') return script.value;
+      await this.redis.del(stagingKey).catch(() => undefined); // best effort: the TTL is the fallback
+      // A failed HSET (say, out of memory) is why the script found no bodies.
+      throw staged.status === 'rejected' ? staged.reason : script.reason;
     });
   }
 

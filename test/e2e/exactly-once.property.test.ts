@@ -14,7 +14,8 @@
 //   (d) valid IDs in a request that also holds invalid ones take effect (requests mix them);
 //   (e) a receipt modack on fresh ack IDs succeeds; a nacked delivery's ack ID fails afterwards.
 // Finally everything is drained: every message was acked successfully exactly once, a last pull
-// answers {}, and Redis holds no bodies, leases or ready entries for the subscription any more.
+// answers {}, and Redis holds no bodies, staging keys, leases or ready entries for the
+// subscription any more.
 //
 //   SEED=1234 npx tap test/e2e/exactly-once.property.test.ts      # replay a run
 //   MESSAGES=5000 STEPS=6000 SEED=... npx tap ...                   # a longer run
@@ -26,7 +27,7 @@ import { ManualClock } from '../../src/broker/clock.ts';
 import { resourceName } from '../../src/broker/names.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
-import { redisTargets, storedBodies, type RedisTarget } from '../helpers/redis.ts';
+import { redisTargets, scanKeys, storedBodies, type RedisTarget } from '../helpers/redis.ts';
 
 const SEED = process.env.SEED ? Number(process.env.SEED) : randomInt(2 ** 31);
 const MESSAGES = Number(process.env.MESSAGES ?? 2000);
@@ -511,6 +512,7 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
   const data = new Keys(broker.prefix).topicData(topic.uid);
   const subKeys = data.subscription(sub.uid);
   t.equal((await storedBodies(broker.redis, data)).size, 0, 'no message bodies are left');
+  t.same(await scanKeys(broker.redis, data.staging('*')), [], 'no staging keys are left');
   t.equal(await broker.redis.zcard(subKeys.leased), 0, 'no leases are left');
   t.equal(await broker.redis.llen(subKeys.ready), 0, 'no ready entries are left');
 

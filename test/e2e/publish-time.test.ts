@@ -19,7 +19,7 @@ import { redisTargets, storedBodies } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
 const HOUR_US = 3_600_000_000;
-const STAMP_TRAIL_ALLOWANCE_US = 1_000_000;
+const STAMP_TRAIL_ALLOWANCE_US = 250_000;
 
 /** Microseconds since the epoch of a publishTime such as 2026-01-01T00:00:00.123456Z. */
 const timestampUs = (text: string) => Date.parse(`${text.slice(0, 23)}Z`) * 1000 + Number(text.slice(23, 26));
@@ -102,7 +102,7 @@ for (const target of redisTargets()) {
         const [received] = await pullAll(broker, 'stale');
         const publishedUs = timestampUs(received.message.publishTime);
         // A stamp may trail by how long the reply it was read from took to reach the broker
-        // (clock.ts): within a second here, where an hour off would show.
+        // (clock.ts): a quarter of a second allows a busy test machine, and an hour off would show.
         t.ok(
           publishedUs >= before - STAMP_TRAIL_ALLOWANCE_US && publishedUs <= after,
           `publish ${round}: publishTime lies within the publish (${received.message.publishTime})`,

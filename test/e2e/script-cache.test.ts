@@ -1,5 +1,5 @@
 // Publishing sends its script as EVALSHA written by the broker itself (Scripts.runEncoded), or,
-// for large publishes, inside a MULTI/EXEC after the staged bodies (Scripts.runStaged). When
+// for large publishes, right after the staged bodies (Scripts.runStaged). When
 // Redis's script cache is emptied (a restart, SCRIPT FLUSH), the next publish loads the scripts
 // again and still stores each message exactly once; the staged bodies of the transaction whose
 // script was missing are taken over by the retry, so no staging key is left behind.

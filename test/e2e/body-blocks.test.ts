@@ -1,0 +1,140 @@
+// Message bodies live in blocks: each publish takes the next block b of its topic incarnation,
+// its messages get seqs b * 1000 + i, and their bodies are the hash b:<b> (keys.ts, SCHEMA.md).
+// Large publishes stage their bodies under a key of their own first (Scripts.runStaged). Checked
+// here, on standalone and cluster:
+//   - prelude.lua and keys.ts agree on the block size;
+//   - seqs of 15 digits and more (block 10^11 onwards) keep their digits everywhere: message IDs,
+//     bodies, ordered keys, acks on exactly-once subscriptions, and nothing is left afterwards;
+//   - a staged publish that is refused (deleted incarnation, attachments changed), that has
+//     nobody to deliver to, or whose staged bodies are not all there when its script runs
+//     leaves no staging key and takes no block;
+//   - 1000 messages go in one call when they are small (the script unpacks 2000 arguments).
+import { readFileSync } from 'node:fs';
+import t from 'tap';
+import { parseResourceName } from '../../src/broker/names.ts';
+import { layoutMessage, packMessages, stampMessages } from '../../src/broker/message-codec.ts';
+import type { BulkStrings } from '../../src/redis/binary-command.ts';
+import { SEQS_PER_BLOCK } from '../../src/redis/keys.ts';
+import { packagePath } from '../../src/paths.ts';
+import { b64, startBroker, unb64, type TestBroker } from '../helpers/app.ts';
+import { redisTargets, scanKeys, storedBodies } from '../helpers/redis.ts';
+
+const P = '/v1/projects/p';
+
+t.test('prelude.lua and keys.ts agree on the block size', async (t) => {
+  const prelude = readFileSync(packagePath('src', 'lua', 'prelude.lua'), 'utf8');
+  t.equal(Number(/^local SEQS_PER_BLOCK = (\d+)$/m.exec(prelude)?.[1]), SEQS_PER_BLOCK);
+});
+
+async function topicData(broker: TestBroker, topic: string) {
+  const ctx = broker.app.broker.ctx;
+  const record = await broker.app.broker.topics.read(parseResourceName('topics', `projects/p/topics/${topic}`));
+  return { ctx, record, data: ctx.keys.topicData(record.uid) };
+}
+
+async function pull(broker: TestBroker, subscription: string): Promise<any[]> {
+  const { body } = await broker.api('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 100, returnImmediately: true });
+  return body.receivedMessages ?? [];
+}
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: seqs of 15 digits and more keep every digit`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'big-seqs' });
+    t.equal((await broker.api('PUT', `${P}/topics/big`, {})).status, 200);
+    const subscriptions = {
+      plain: {},
+      ordered: { enableMessageOrdering: true },
+      'ordered-eo': { enableMessageOrdering: true, enableExactlyOnceDelivery: true },
+    };
+    for (const [id, settings] of Object.entries(subscriptions)) {
+      t.equal((await broker.api('PUT', `${P}/subscriptions/${id}`, { topic: 'projects/p/topics/big', ...settings })).status, 200);
+    }
+    const { ctx, data } = await topicData(broker, 'big');
+    await ctx.redis.hset(data.state, 'block', '123456789012'); // the next publish takes block 123456789013
+
+    const keyed = await broker.api('POST', `${P}/topics/big:publish`, {
+      messages: ['k1', 'k2', 'k3'].map((text) => ({ data: b64(text), orderingKey: 'k' })),
+    });
+    const unkeyed = await broker.api('POST', `${P}/topics/big:publish`, { messages: [{ data: b64('u') }] });
+    t.same(keyed.body.messageIds, ['123456789013000', '123456789013001', '123456789013002'], 'message IDs with every digit');
+    t.same(unkeyed.body.messageIds, ['123456789014000']);
+    const ids = [...keyed.body.messageIds, ...unkeyed.body.messageIds];
+    t.same([...(await storedBodies(ctx.redis, data)).keys()].sort(), ids, 'each body in its block');
+
+    for (const id of Object.keys(subscriptions)) {
+      const first = await pull(broker, id);
+      // Ordered subscriptions hand out the key's messages together, then the unkeyed one.
+      const received = id === 'plain' ? first : [...first, ...(await pull(broker, id))];
+      t.same(received.map((m) => m.message.messageId).sort(), ids, `${id}: every message once, under its ID`);
+      t.same(received.map((m) => unb64(m.message.data)).sort(), ['k1', 'k2', 'k3', 'u'], `${id}: with its own body`);
+      const ack = await broker.api('POST', `${P}/subscriptions/${id}:acknowledge`, { ackIds: received.map((m) => m.ackId) });
+      t.same([ack.status, ack.body], [200, {}], `${id}: acked`);
+      t.same(await pull(broker, id), [], `${id}: nothing comes again`);
+    }
+    t.equal((await storedBodies(ctx.redis, data)).size, 0, 'every body released');
+    for (const id of ['ordered', 'ordered-eo']) {
+      const uid = (await broker.app.broker.subscriptions.read(parseResourceName('subscriptions', `projects/p/subscriptions/${id}`))).uid;
+      const sub = data.subscription(uid);
+      t.same(
+        [await ctx.redis.zcard(sub.keyed), await ctx.redis.hlen(sub.keyedDeliveries), await ctx.redis.hlen(sub.keyStates)],
+        [0, 0, 0],
+        `${id}: no keyed state left`,
+      );
+    }
+  });
+
+  t.test(`${target.name}: a staged publish that stores nothing leaves no staging key`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'staging-left', stageBodiesFromBytes: 0 });
+    t.equal((await broker.api('PUT', `${P}/topics/staged`, {})).status, 200);
+    const nobody = await broker.api('POST', `${P}/topics/staged:publish`, { messages: [{ data: b64('nobody listens') }] });
+    t.equal(nobody.status, 200, 'a staged publish with no subscription attached is accepted');
+    t.equal((await broker.api('PUT', `${P}/subscriptions/staged`, { topic: 'projects/p/topics/staged' })).status, 200);
+    const { ctx, record, data } = await topicData(broker, 'staged');
+    const [uid] = Object.keys(await ctx.redis.hgetall(data.attached));
+    const sub = data.subscription(uid);
+    const version = (await ctx.redis.hget(data.state, 'attachVersion'))!;
+    const stagingKey = data.staging('refused');
+    const run = async (count: number, attachVersion = version) => {
+      const packed = packMessages([layoutMessage(b64('staged'))!]) as BulkStrings;
+      const stamp = Date.now() * 1000;
+      stampMessages(packed, stamp);
+      const keys = [data.state, data.bodies, data.refs, stagingKey, sub.ready, sub.keyed, sub.keyStates];
+      const args = ['', String(stamp), attachVersion, ctx.keys.wakeChannel(record.uid), '', '0', String(count)];
+      return ctx.scripts.runStaged('publish', keys, args, stagingKey, packed).then(
+        (reply) => reply as number[],
+        (error: Error) => error,
+      );
+    };
+    const blockBefore = await ctx.redis.hget(data.state, 'block');
+
+    t.same(await run(1, String(Number(version) + 1)), [-2], 'attachments changed: refused');
+    const missing = await run(2);
+    t.ok(missing instanceof Error && /staged bodies are not all there/.test(missing.message), 'bodies missing: the script refuses');
+    t.equal(await ctx.redis.hget(data.state, 'block'), blockBefore, 'no block taken');
+    t.same(await scanKeys(ctx.redis, data.staging('*')), [], 'the broker deleted what it had staged');
+    await ctx.redis.hset(data.state, 'deleted', '1');
+    t.same(await run(1), [-1], 'a deleted incarnation: refused');
+    t.same(await scanKeys(ctx.redis, data.staging('*')), [], 'no staging key is left');
+    t.equal((await storedBodies(ctx.redis, data)).size, 0, 'and no body stored');
+    t.equal(await ctx.redis.llen(sub.ready), 0, 'nothing to deliver');
+  });
+
+  t.test(`${target.name}: a publish of 1000 small messages in one call`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'thousand', stageBodiesFromBytes: Infinity });
+    t.equal((await broker.api('PUT', `${P}/topics/thousand`, {})).status, 200);
+    t.equal((await broker.api('PUT', `${P}/subscriptions/thousand`, { topic: 'projects/p/topics/thousand' })).status, 200);
+    const texts = Array.from({ length: 1000 }, (_, i) => `m${i}`);
+    const published = await broker.api('POST', `${P}/topics/thousand:publish`, { messages: texts.map((text) => ({ data: b64(text) })) });
+    t.equal(published.status, 200);
+    t.equal(published.body.messageIds.length, 1000);
+    const received: string[] = [];
+    for (let more = true; more; ) {
+      const { body } = await broker.api('POST', `${P}/subscriptions/thousand:pull`, { maxMessages: 1000, returnImmediately: true });
+      more = Boolean(body.receivedMessages);
+      if (!more) break;
+      received.push(...body.receivedMessages.map((m: any) => unb64(m.message.data)));
+      await broker.api('POST', `${P}/subscriptions/thousand:acknowledge`, { ackIds: body.receivedMessages.map((m: any) => m.ackId) });
+    }
+    t.same(received, texts, 'every message, in order');
+  });
+}
