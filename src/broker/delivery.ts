@@ -1,7 +1,7 @@
 import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
 import { randomUUID } from 'node:crypto';
 import { BulkStrings } from '../redis/binary-command.ts';
-import { SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
+import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
 import type { RedisClient } from '../redis/scripts.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
@@ -579,19 +579,25 @@ const publishTimes = {
 
 /**
  * The stored bodies of messages `seqs` (null where gone), in that order: one HMGET per body block
- * (a pull's messages come from few blocks), pipelined; on Redis Cluster all on the topic's slot.
+ * (a pull's messages come in runs from few blocks), pipelined; on Redis Cluster all on the
+ * topic's slot. A seq's digits name its block and field (keys.ts).
  */
 async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): Promise<(Buffer | null)[]> {
   const blocks = new Map<string, { fields: string[]; places: number[] }>();
+  let last: { fields: string[]; places: number[] } | undefined;
+  let lastBlock: string | undefined;
   seqs.forEach((seq, place) => {
-    const { key, field } = data.bodyLocation(seq);
-    let block = blocks.get(key);
-    if (!block) blocks.set(key, (block = { fields: [], places: [] }));
-    block.fields.push(field);
-    block.places.push(place);
+    const block = seq.slice(0, -BLOCK_FIELD_DIGITS);
+    if (block !== lastBlock) {
+      lastBlock = block;
+      last = blocks.get(block);
+      if (!last) blocks.set(block, (last = { fields: [], places: [] }));
+    }
+    last!.fields.push(seq.slice(-BLOCK_FIELD_DIGITS));
+    last!.places.push(place);
   });
   const pipeline = redis.pipeline();
-  for (const [key, { fields }] of blocks) pipeline.hmgetBuffer(key, ...fields);
+  for (const [block, { fields }] of blocks) pipeline.hmgetBuffer(data.bodyBlock(block), ...fields);
   // exec() answers null only for a transaction whose WATCH failed; this is a plain pipeline.
   const replies = (await pipeline.exec())!;
   const bodies: (Buffer | null)[] = new Array(seqs.length).fill(null);

@@ -1,4 +1,5 @@
 import { BulkStrings } from '../redis/binary-command.ts';
+import { BLOCK_FIELD_DIGITS } from '../redis/keys.ts';
 
 /**
  * How a message is stored: once per topic, in one hash field (of its body block, see keys.ts),
@@ -48,7 +49,7 @@ export function layoutMessage(base64Data: string, attributes?: Record<string, st
 
 /**
  * Writes messages in their stored form, publish time still zeros, as the field/value pairs of
- * their body block (`0 m0 1 m1 ...`, see keys.ts) that end the publish's call to Redis: each
+ * their body block (`000 m0 001 m1 ...`, see keys.ts) that end the publish's call to Redis: each
  * message's base64 is decoded straight into place. Node's decoder
  * reads both alphabets and skips anything else, so data is well-formed exactly when it decodes to
  * the length its size implies. Returns the index of the first message whose data does not, or
@@ -57,7 +58,7 @@ export function layoutMessage(base64Data: string, attributes?: Record<string, st
 export function packMessages(layouts: MessageLayout[]): BulkStrings | { invalidData: number } {
   const packed = new BulkStrings(
     layouts.map((layout) => layout.storedBytes),
-    { indexFields: true },
+    { indexWidth: BLOCK_FIELD_DIGITS },
   );
   for (let i = 0; i < layouts.length; i++) {
     const { base64Data, meta, dataBytes } = layouts[i];

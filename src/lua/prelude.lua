@@ -47,15 +47,18 @@ local function finish_pull(leased_key, leases, out, now)
 end
 
 -- Message bodies live in blocks: the bodies of one publish are one hash, `<bodies prefix><b>`,
--- where b is the publish's block and a message's field is its place in the publish; its seq is
--- b * SEQS_PER_BLOCK + field (SEQS_PER_BLOCK in src/redis/keys.ts, and SCHEMA.md).
+-- where b is the publish's block and a message's field is its place in the publish, three
+-- digits: its seq is b * SEQS_PER_BLOCK + field. So a seq's digits name its body: the block is all
+-- but the last three, the field the last three (see src/redis/keys.ts and SCHEMA.md).
 local SEQS_PER_BLOCK = 1000
 
--- The key and field of message `seq`'s body.
+-- The key and field of message `seq`'s body (seq a decimal string). The last block's key is
+-- kept: a script's seqs come in runs from one publish, and a pull looks up a thousand of them.
+local located_block, located_key
 local function body_location(bodies_prefix, seq)
-  local n = tonumber(seq)
-  local block = math.floor(n / SEQS_PER_BLOCK)
-  return bodies_prefix .. string.format('%d', block), string.format('%d', n - block * SEQS_PER_BLOCK)
+  local block = string.sub(seq, 1, -4)
+  if block ~= located_block then located_block, located_key = block, bodies_prefix .. block end
+  return located_key, string.sub(seq, -3)
 end
 
 -- Drops one subscription's reference to each message body; the last one deletes the body.

@@ -4,7 +4,7 @@
   KEYS[2]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
   KEYS[4]    the staging key: when ARGV holds no bodies, the broker wrote them here (HASH
-             index -> body, with a TTL) just before this call (Scripts.runStaged)
+             field -> body, with a TTL) just before this call (Scripts.runStaged)
   KEYS[5..]  three keys per attached subscription, in the order the caller read them:
              its ready list, its keyed ZSET and its key states (the last two used when ordered)
   ARGV[1]    time override in microseconds, or '' for Redis TIME
@@ -17,7 +17,7 @@
   ARGV[6]    one character per attached subscription: '1' ordered, '0' not
   ARGV[7]    the number of messages, n (at most SEQS_PER_BLOCK)
   ARGV[8..]  either nothing (the bodies are staged in KEYS[4]) or the bodies inline, as the
-             pairs index, body: '0', body 0, ..., n - 1, body n - 1. A body as stored: the
+             pairs field, body: '000', body 0, '001', body 1, ... A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
              is handed costs Redis a pass (it builds a Lua string of each argument), while a

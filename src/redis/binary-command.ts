@@ -59,8 +59,9 @@ const ZERO = 0x30;
  * publish decodes each message's base64 straight in here), and the command copies them all at
  * once, instead of one allocation and one copy per string.
  *
- * With `indexFields`, each string is preceded by its index as a bulk string of its own: the
- * field/value pairs `0 s0 1 s1 ...` of an HSET (how publish stores a batch's bodies).
+ * With `indexWidth`, each string is preceded by its index, zero-padded to that many digits, as a
+ * bulk string of its own: the field/value pairs `000 s0 001 s1 ...` of an HSET (how publish
+ * stores a batch's bodies, keys.ts).
  */
 export class BulkStrings {
   /** The framed strings: string i's bytes are at starts[i] .. starts[i] + lengths[i]. */
@@ -73,10 +74,11 @@ export class BulkStrings {
 
   constructor(
     readonly lengths: number[],
-    { indexFields = false }: { indexFields?: boolean } = {},
+    { indexWidth }: { indexWidth?: number } = {},
   ) {
+    const indexFields = indexWidth !== undefined;
     let room = 0;
-    for (const length of lengths) room += length + 16 + 5 + (indexFields ? 16 + 5 : 0);
+    for (const length of lengths) room += length + 16 + 5 + (indexFields ? Math.max(indexWidth, 16) + 16 + 5 : 0);
     this.#allocation = Buffer.allocUnsafe(LEADING_ROOM + room);
     const bytes = this.#allocation.subarray(LEADING_ROOM);
     let used = 0;
@@ -88,8 +90,10 @@ export class BulkStrings {
     };
     lengths.forEach((length, index) => {
       if (indexFields) {
-        writeHeader(digitCount(index));
-        used = writeDigits(bytes, used, index);
+        const width = Math.max(indexWidth, digitCount(index));
+        writeHeader(width);
+        bytes.fill(ZERO, used, used + width - digitCount(index));
+        used = writeDigits(bytes, used + width - digitCount(index), index);
         bytes[used++] = CR;
         bytes[used++] = LF;
       }

@@ -67,11 +67,14 @@ export class Keys {
 
 /**
  * Each publish takes one block of sequence numbers: block b holds seqs b*1000 .. b*1000 + 999,
- * and their bodies are the hash `<bodies>b`, field seq - b*1000. A publish carries at most 1000
- * messages, so a publish's bodies are one hash that the publish script can take over whole
- * (RENAME) without reading them (see publish.lua). Kept equal to SEQS_PER_BLOCK in prelude.lua.
+ * and their bodies are the hash `<bodies>b`, field the seq's last three digits (`000` … `999`).
+ * So a seq's decimal digits name its body: the block is all but the last three (blocks start at
+ * 1: every seq has four digits or more). A publish carries at most 1000 messages, so a publish's
+ * bodies are one hash that the publish script can take over whole (RENAME) without reading them
+ * (see publish.lua). body_location in prelude.lua reads seqs the same way.
  */
-export const SEQS_PER_BLOCK = 1000;
+export const BLOCK_FIELD_DIGITS = 3;
+export const SEQS_PER_BLOCK = 10 ** BLOCK_FIELD_DIGITS;
 
 export class TopicKeys {
   constructor(private readonly base: string) {}
@@ -86,10 +89,9 @@ export class TopicKeys {
   get bodies(): string {
     return `${this.base}:b:`;
   }
-  /** The body block key and field that hold the body of message `seq`. */
-  bodyLocation(seq: number | string): { key: string; field: string } {
-    const n = Number(seq);
-    return { key: `${this.bodies}${Math.floor(n / SEQS_PER_BLOCK)}`, field: String(n % SEQS_PER_BLOCK) };
+  /** The hash of the bodies of block `block` (a decimal string or number). */
+  bodyBlock(block: number | string): string {
+    return `${this.bodies}${block}`;
   }
   /** Where a publish stages its bodies (HASH index -> body) for the publish script to take over. */
   staging(id: string): string {

@@ -15,6 +15,7 @@ import { layoutMessage, packMessages, stampMessages, unpackMessage } from '../..
 import type { BulkStrings } from '../../src/redis/binary-command.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
+import { SEQS_PER_BLOCK } from '../../src/redis/keys.ts';
 import { redisTargets, storedBodies } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
@@ -77,7 +78,7 @@ for (const target of redisTargets()) {
         const stored = (await storedBodies(ctx.redis, data)).get(String(reply[1]));
         t.same(stored, body, 'the body is stored exactly as sent');
         t.equal(unpackMessage(stored!).publishTimeUs, stampUs, 'with the stamped time');
-        t.equal(await ctx.redis.ttl(ctx.keys.topicData(record.uid).bodyLocation(reply[1]).key), -1, 'its body block does not expire');
+        t.equal(await ctx.redis.ttl(data.bodyBlock(Math.floor(reply[1] / SEQS_PER_BLOCK))), -1, 'its body block does not expire');
       }
       t.equal(await ctx.redis.exists(stagingKey), 0, 'no staging key is left');
       t.equal((await pullAll(broker, 'window')).length, 3, 'the three accepted messages are delivered');

@@ -10,10 +10,10 @@ import { randomFromEnv } from '../helpers/random.ts';
 const TEXTS = ['', '1', '12345678901234567', 'key', '{t0123456789abcdef}:messages', 'é', '日本', '\ud83d\ude00', '\r\n', '$3'];
 
 /** Bulk strings holding copies of `buffers`. */
-function bulkStrings(buffers: Buffer[], indexFields = false): BulkStrings {
+function bulkStrings(buffers: Buffer[], indexWidth?: number): BulkStrings {
   const strings = new BulkStrings(
     buffers.map((buffer) => buffer.length),
-    { indexFields },
+    { indexWidth },
   );
   buffers.forEach((buffer, i) => buffer.copy(strings.bytes, strings.starts[i]));
   return strings;
@@ -33,12 +33,12 @@ t.test('same bytes as ioredis for random arguments', async (t) => {
         ? Buffer.alloc(random.int(10_000, 2_000_000), random.int(0, 255)) // lengths of 5 to 7 digits
         : Buffer.from(Array.from({ length: random.int(0, 3000) }, () => random.int(0, 255))),
     );
-    // With index fields each buffer follows its index: HSET's field/value pairs.
-    const indexFields = random.chance(0.5);
-    const trailing = indexFields ? buffers.flatMap((buffer, j) => [String(j), buffer]) : buffers;
+    // With index fields each buffer follows its index, zero-padded: HSET's field/value pairs.
+    const indexWidth = random.chance(0.5) ? random.int(1, 5) : undefined;
+    const trailing = indexWidth ? buffers.flatMap((buffer, j) => [String(j).padStart(indexWidth, '0'), buffer]) : buffers;
     // RPUSH: ioredis rewrites some HSET argument lists (a key and one object), never RPUSH's.
     const expected = new Command('rpush', [...texts, ...trailing]).toWritable(undefined as never);
-    const strings = bulkStrings(buffers, indexFields);
+    const strings = bulkStrings(buffers, indexWidth);
     // Twice, as a retry does: the second command rewrites the room in front of the strings.
     const first = encodeCommand('rpush', texts.slice(1), strings);
     const actual = encodeCommand('rpush', texts, strings);
