@@ -122,7 +122,7 @@ export class DeliveryService {
   }
 
   async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
-    const bodies = checkPublishRequest(messages);
+    const bodies = checkPublishRequest(messages, this.options.stageBodiesFromBytes);
     const orderingKey = messages[0].orderingKey ?? '';
     for (;;) {
       const remembered = this.rememberedTopic(topicName.full);
@@ -162,7 +162,7 @@ export class DeliveryService {
   }
 
   /** Stores a publish in the topic incarnation; undefined when the incarnation was deleted. */
-  private async publishTo(record: TopicRecord, bodies: BulkStrings, orderingKey: string): Promise<string[] | undefined> {
+  private async publishTo(record: TopicRecord, { bodies, staged }: PackedPublish, orderingKey: string): Promise<string[] | undefined> {
     const region = this.storageRegion(record, orderingKey);
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
@@ -182,9 +182,10 @@ export class DeliveryService {
       const keys = [data.state, data.bodies, data.refs, stagingKey, ...subscriptionKeys];
       const args = [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags, String(bodies.count)];
       // Large bodies are staged in a hash the script renames, so that Redis never makes Lua
-      // strings of them; small ones go in the call, saving the transaction. Either way they are
-      // encoded in one pass: they are nearly all of what is sent (binary-command.ts).
-      const result = (await (bodies.bytes.length >= this.options.stageBodiesFromBytes
+      // strings of them; small ones go in the call (two commands fewer), and share a block with
+      // other small publishes. Either way they are encoded in one pass: they are nearly all of
+      // what is sent (binary-command.ts).
+      const result = (await (staged
         ? ctx.scripts.runStaged('publish', keys, args, stagingKey, bodies)
         : ctx.scripts.runEncoded('publish', keys, args, bodies))) as number[];
       if (result[0] === -1) return undefined;
@@ -611,8 +612,17 @@ async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): 
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
 
-/** Validates a publish request (reference §3) and packs the message bodies for storage. */
-function checkPublishRequest(messages: PubsubMessageBody[]): BulkStrings {
+/** A publish's bodies as they go to Redis: staged (as body block fields) or in the script call. */
+interface PackedPublish {
+  bodies: BulkStrings;
+  staged: boolean;
+}
+
+/**
+ * Validates a publish request (reference §3) and packs the message bodies for storage, to be
+ * staged when they reach `stageFromBytes`.
+ */
+function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: number): PackedPublish {
   if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
   if (messages.length > MAX_PUBLISH_MESSAGES) {
     throw invalidArgument(`The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`);
@@ -663,9 +673,12 @@ function checkPublishRequest(messages: PubsubMessageBody[]): BulkStrings {
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
-  const packed = packMessages(layouts);
+  let storedBytes = 0;
+  for (const layout of layouts) storedBytes += layout.storedBytes;
+  const staged = storedBytes >= stageFromBytes;
+  const packed = packMessages(layouts, { asBlockFields: staged });
   if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
-  return packed;
+  return { bodies: packed, staged };
 }
 
 const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);

@@ -48,17 +48,17 @@ export function layoutMessage(base64Data: string, attributes?: Record<string, st
 }
 
 /**
- * Writes messages in their stored form, publish time still zeros, as the field/value pairs of
- * their body block (`000 m0 001 m1 ...`, see keys.ts) that end the publish's call to Redis: each
- * message's base64 is decoded straight into place. Node's decoder
- * reads both alphabets and skips anything else, so data is well-formed exactly when it decodes to
- * the length its size implies. Returns the index of the first message whose data does not, or
- * the packed messages.
+ * Writes messages in their stored form, publish time still zeros, as the bulk strings that end
+ * the publish's call to Redis (`asBlockFields`: preceded each by its field in a body block, `000`,
+ * `001`, …, for an HSET; see keys.ts): each message's base64 is decoded straight into place.
+ * Node's decoder reads both alphabets and skips anything else, so data is well-formed exactly
+ * when it decodes to the length its size implies. Returns the index of the first message whose
+ * data does not, or the packed messages.
  */
-export function packMessages(layouts: MessageLayout[]): BulkStrings | { invalidData: number } {
+export function packMessages(layouts: MessageLayout[], { asBlockFields = false } = {}): BulkStrings | { invalidData: number } {
   const packed = new BulkStrings(
     layouts.map((layout) => layout.storedBytes),
-    { indexWidth: BLOCK_FIELD_DIGITS },
+    { indexWidth: asBlockFields ? BLOCK_FIELD_DIGITS : undefined },
   );
   for (let i = 0; i < layouts.length; i++) {
     const { base64Data, meta, dataBytes } = layouts[i];

@@ -46,10 +46,9 @@ local function finish_pull(leased_key, leases, out, now)
   if earliest[2] then out[2] = tonumber(earliest[2]) - now end
 end
 
--- Message bodies live in blocks: the bodies of one publish are one hash, `<bodies prefix><b>`,
--- where b is the publish's block and a message's field is its place in the publish, three
--- digits: its seq is b * SEQS_PER_BLOCK + field. So a seq's digits name its body: the block is all
--- but the last three, the field the last three (see src/redis/keys.ts and SCHEMA.md).
+-- Message bodies live in blocks of SEQS_PER_BLOCK seqs: the body of seq b * SEQS_PER_BLOCK + i
+-- is field i (three digits) of the hash `<bodies prefix><b>`. So a seq's digits name its body:
+-- the block is all but the last three, the field the last three (src/redis/keys.ts, SCHEMA.md).
 local SEQS_PER_BLOCK = 1000
 
 -- The key and field of message `seq`'s body (seq a decimal string). The last block's key is

@@ -1,6 +1,6 @@
 --[[
   publish: stores a batch of messages once and fans it out to every attached subscription.
-  KEYS[1]    topic state (HASH: block, attachVersion, deleted)
+  KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
   KEYS[2]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
   KEYS[4]    the staging key: when ARGV holds no bodies, the broker wrote them here (HASH
@@ -16,8 +16,8 @@
   ARGV[5]    the request's ordering key ('' for none; one key per request)
   ARGV[6]    one character per attached subscription: '1' ordered, '0' not
   ARGV[7]    the number of messages, n (at most SEQS_PER_BLOCK)
-  ARGV[8..]  either nothing (the bodies are staged in KEYS[4]) or the bodies inline, as the
-             pairs field, body: '000', body 0, '001', body 1, ... A body as stored: the
+  ARGV[8..]  either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+             the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
              is handed costs Redis a pass (it builds a Lua string of each argument), while a
@@ -30,8 +30,9 @@
   Invariant: every subscription attached at publish time holds each new seq exactly once (in its
              ready list, or for an ordered one with a key, in its keyed ZSET with the key queued
              or busy), and the body is kept while any of them holds it. Every stored publish
-             time is within [now - 10 s, now + 1 s] of the one clock when it was stored. A block
-             is taken by one publish only, so a body is never overwritten.
+             time is within [now - 10 s, now + 1 s] of the one clock when it was stored. Seqs
+             grow with every publish, and a field of a block is written once: a body is never
+             overwritten.
 ]]
 local state_key, bodies_prefix, refs_key, staging_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
@@ -50,15 +51,20 @@ local function refuse(reply)
 end
 
 local now = now_us(ARGV[1])
-local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion')
+local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion', 'block', 'used')
 if state[1] then return refuse({-1}) end
 if (state[2] or '0') ~= ARGV[3] then return refuse({-2}) end
 local stamp = tonumber(ARGV[2])
 if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHEAD_US then return refuse({-3, now}) end
 
+-- Seqs only grow (ordered delivery relies on it): a publish goes into the latest block when it
+-- is small and fits there, else into a new one. A staged publish takes a new block whole (its
+-- hash becomes the block) and leaves it full.
 local ordering_key, ordered_flags = ARGV[5], ARGV[6]
-local block = redis.call('HINCRBY', state_key, 'block', 1)
-local first_seq = block * SEQS_PER_BLOCK
+local block, first_field = tonumber(state[3] or '0'), tonumber(state[4] or SEQS_PER_BLOCK)
+if staged or first_field + count > SEQS_PER_BLOCK then block, first_field = block + 1, 0 end
+redis.call('HSET', state_key, 'block', block, 'used', staged and SEQS_PER_BLOCK or first_field + count)
+local first_seq = block * SEQS_PER_BLOCK + first_field
 local subscriptions = (#KEYS - 4) / 3
 if subscriptions == 0 then -- nobody to deliver to: nothing is stored
   discard_staging()
@@ -70,7 +76,12 @@ if staged then
   redis.call('RENAME', staging_key, block_key)
   redis.call('PERSIST', block_key)
 else
-  redis.call('HSET', block_key, unpack(ARGV, FIRST_BODY_ARG))
+  local fields = {}
+  for i = 1, count do
+    fields[2 * i - 1] = string.format('%03d', first_field + i - 1)
+    fields[2 * i] = ARGV[FIRST_BODY_ARG + i - 1]
+  end
+  redis.call('HSET', block_key, unpack(fields))
 end
 local seqs = {}
 for i = 1, count do seqs[i] = string.format('%d', first_seq + i - 1) end

@@ -66,12 +66,13 @@ export class Keys {
 }
 
 /**
- * Each publish takes one block of sequence numbers: block b holds seqs b*1000 .. b*1000 + 999,
- * and their bodies are the hash `<bodies>b`, field the seq's last three digits (`000` … `999`).
- * So a seq's decimal digits name its body: the block is all but the last three (blocks start at
- * 1: every seq has four digits or more). A publish carries at most 1000 messages, so a publish's
- * bodies are one hash that the publish script can take over whole (RENAME) without reading them
- * (see publish.lua). body_location in prelude.lua reads seqs the same way.
+ * Sequence numbers come in blocks: block b holds seqs b*1000 .. b*1000 + 999, and their bodies
+ * are the hash `<bodies>b`, field the seq's last three digits (`000` … `999`). So a seq's decimal
+ * digits name its body: the block is all but the last three (blocks start at 1: every seq has
+ * four digits or more). A publish carries at most 1000 messages: a large one takes a block of its
+ * own, so its bodies are one hash that the publish script takes over whole (RENAME) without
+ * reading them; small ones share the latest block (see publish.lua). body_location in
+ * prelude.lua reads seqs the same way.
  */
 export const BLOCK_FIELD_DIGITS = 3;
 export const SEQS_PER_BLOCK = 10 ** BLOCK_FIELD_DIGITS;

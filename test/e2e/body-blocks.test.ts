@@ -1,8 +1,10 @@
-// Message bodies live in blocks: each publish takes the next block b of its topic incarnation,
-// its messages get seqs b * 1000 + i, and their bodies are the hash b:<b> (keys.ts, SCHEMA.md).
-// Large publishes stage their bodies under a key of their own first (Scripts.runStaged). Checked
-// here, on standalone and cluster:
+// Message bodies live in blocks of 1000 seqs: seq b * 1000 + i is field i of the hash b:<b>
+// (keys.ts, SCHEMA.md). Large publishes stage their bodies under a key of their own first
+// (Scripts.runStaged) and take a new block whole; small ones go on in the latest block while they
+// fit. Checked here, on standalone and cluster:
 //   - prelude.lua and keys.ts agree on the block size;
+//   - small publishes share a block, a large one takes the next, a small one that does not fit
+//     starts the next, and one ordering key is delivered in publish order across all of them;
 //   - seqs of 15 digits and more (block 10^11 onwards) keep their digits everywhere: message IDs,
 //     bodies, ordered keys, acks on exactly-once subscriptions, and nothing is left afterwards;
 //   - a staged publish that is refused (deleted incarnation, attachments changed), that has
@@ -57,7 +59,7 @@ for (const target of redisTargets()) {
     });
     const unkeyed = await broker.api('POST', `${P}/topics/big:publish`, { messages: [{ data: b64('u') }] });
     t.same(keyed.body.messageIds, ['123456789013000', '123456789013001', '123456789013002'], 'message IDs with every digit');
-    t.same(unkeyed.body.messageIds, ['123456789014000']);
+    t.same(unkeyed.body.messageIds, ['123456789013003'], 'a small publish goes on in the same block');
     const ids = [...keyed.body.messageIds, ...unkeyed.body.messageIds];
     t.same([...(await storedBodies(ctx.redis, data)).keys()].sort(), ids, 'each body in its block');
 
@@ -83,6 +85,46 @@ for (const target of redisTargets()) {
     }
   });
 
+  t.test(`${target.name}: small publishes share a block, a large one takes a block of its own, seqs only grow`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'shared-blocks', stageBodiesFromBytes: 4096 });
+    t.equal((await broker.api('PUT', `${P}/topics/blocks`, {})).status, 200);
+    const sub = { topic: 'projects/p/topics/blocks', enableMessageOrdering: true };
+    t.equal((await broker.api('PUT', `${P}/subscriptions/blocks`, sub)).status, 200);
+    const publish = async (texts: string[]): Promise<string[]> => {
+      const { status, body } = await broker.api('POST', `${P}/topics/blocks:publish`, {
+        messages: texts.map((text) => ({ data: b64(text), orderingKey: 'k' })),
+      });
+      t.equal(status, 200);
+      return body.messageIds;
+    };
+    const large = (name: string) => Array.from({ length: 5 }, (_, i) => `${name}-${i}-${'x'.repeat(1000)}`);
+    const small1 = await publish(['s1']);
+    const small2 = await publish(['s2', 's3']);
+    const staged = await publish(large('L'));
+    const small3 = await publish(['s4']);
+    const { ctx, data } = await topicData(broker, 'blocks');
+    await ctx.redis.hset(data.state, 'used', '998'); // two fields left in the latest block
+    const tooMany = await publish(['s5', 's6', 's7']);
+    t.same([...small1, ...small2], ['1000', '1001', '1002'], 'small publishes go on in one block');
+    t.same(staged, ['2000', '2001', '2002', '2003', '2004'], 'a large one takes the next block');
+    t.same(small3, ['3000'], 'the small one after it starts another');
+    t.same(tooMany, ['4000', '4001', '4002'], 'a small one that does not fit the rest of a block starts the next');
+    t.same(
+      (await scanKeys(ctx.redis, `${data.bodies}*`)).map((key) => key.slice(data.bodies.length)).sort(),
+      ['1', '2', '3', '4'],
+      'four block hashes',
+    );
+
+    const order: string[] = [];
+    for (let round = 0; round < 20 && order.length < 12; round++) {
+      const received = await pull(broker, 'blocks');
+      order.push(...received.map((m) => unb64(m.message.data).split('-').slice(0, 2).join('-')));
+      await broker.api('POST', `${P}/subscriptions/blocks:acknowledge`, { ackIds: received.map((m) => m.ackId) });
+    }
+    t.same(order, ['s1', 's2', 's3', 'L-0', 'L-1', 'L-2', 'L-3', 'L-4', 's4', 's5', 's6', 's7'], 'one key, in publish order');
+    t.same(await scanKeys(ctx.redis, `${data.bodies}*`), [], 'every block released');
+  });
+
   t.test(`${target.name}: a staged publish that stores nothing leaves no staging key`, async (t) => {
     const broker = await startBroker(t, { target, name: 'staging-left', stageBodiesFromBytes: 0 });
     t.equal((await broker.api('PUT', `${P}/topics/staged`, {})).status, 200);
@@ -95,7 +137,7 @@ for (const target of redisTargets()) {
     const version = (await ctx.redis.hget(data.state, 'attachVersion'))!;
     const stagingKey = data.staging('refused');
     const run = async (count: number, attachVersion = version) => {
-      const packed = packMessages([layoutMessage(b64('staged'))!]) as BulkStrings;
+      const packed = packMessages([layoutMessage(b64('staged'))!], { asBlockFields: true }) as BulkStrings;
       const stamp = Date.now() * 1000;
       stampMessages(packed, stamp);
       const keys = [data.state, data.bodies, data.refs, stagingKey, sub.ready, sub.keyed, sub.keyStates];

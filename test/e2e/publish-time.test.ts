@@ -50,7 +50,7 @@ for (const target of redisTargets()) {
       const version = (await ctx.redis.hget(data.state, 'attachVersion')) ?? '0';
       const stagingKey = data.staging('stamp-window');
       const publishAt = async (stampUs: number) => {
-        const packed = packMessages([layoutMessage(b64(`at ${stampUs}`))!]) as BulkStrings;
+        const packed = packMessages([layoutMessage(b64(`at ${stampUs}`))!], { asBlockFields: staged }) as BulkStrings;
         stampMessages(packed, stampUs);
         const keys = [data.state, data.bodies, data.refs, stagingKey, sub.ready, sub.keyed, sub.keyStates];
         const args = ['', String(stampUs), version, ctx.keys.wakeChannel(record.uid), '', '0', '1'];

@@ -30,7 +30,7 @@ t.test('packed messages unpack as sent, with the stamped publish time', async (t
     const sent = Array.from({ length: random.int(1, 20) }, randomMessage);
     const layouts = sent.map((m) => layoutMessage(m.base64, m.attributes, m.orderingKey)) as MessageLayout[];
     if (layouts.some((layout) => !layout)) return t.fail(`round ${round}: valid data refused`);
-    const packed = packMessages(layouts);
+    const packed = packMessages(layouts, { asBlockFields: random.chance(0.5) });
     if (!(packed instanceof BulkStrings)) return t.fail(`round ${round}: valid data refused at ${packed.invalidData}`);
     const publishTimeUs = 1_764_000_000_000_000 + random.int(0, 1_000_000);
     stampMessages(packed, publishTimeUs);
