@@ -56,6 +56,7 @@ export async function healthRoutes(app: FastifyInstance, { broker }: RouteOption
 }
 
 async function probe(region: Region): Promise<boolean> {
+  if (!region.storageChecked) return false;
   const check = (async () => {
     await region.ctx.redis.ping();
     await region.ctx.scripts.loadAll();

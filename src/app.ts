@@ -10,6 +10,7 @@ import { SubscriptionService } from './broker/subscriptions.ts';
 import { TopicService } from './broker/topics.ts';
 import { Region, Regions } from './broker/regions.ts';
 import { StreamRegistry } from './broker/streams.ts';
+import { guardStorageFormat } from './broker/storage-guard.ts';
 import { Wakeups } from './broker/wakeups.ts';
 import websocket from '@fastify/websocket';
 import { MAX_STREAM_FRAME_BYTES } from '../routes/streaming.ts';
@@ -34,6 +35,13 @@ export interface AppOptions {
    * script runs, instead of passing them to it (default 16 KiB; see publish.lua).
    */
   stageBodiesFromBytes?: number;
+  /**
+   * Hears that a region's store is laid out by another version of the broker (storage-format.ts);
+   * that region is never used. Default: an error in the log (src/server.ts exits instead).
+   */
+  onStorageProblem?: (problem: string) => void;
+  /** How long buildApp waits for Redis to connect and its store to be checked (default 5 s; the check goes on after). */
+  firstConnectWaitMs?: number;
   logger?: FastifyServerOptions['logger'];
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
@@ -94,6 +102,9 @@ declare module 'fastify' {
   }
 }
 
+/** How long buildApp waits by default for each region's store to be checked (storage-guard.ts). */
+const FIRST_CONNECT_WAIT_MS = 5_000;
+
 /** Request bodies up to 1 MiB, except publish (10 MB of data travels base64-encoded). */
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 export const PUBLISH_BODY_LIMIT = 16 * 1024 * 1024;
@@ -141,6 +152,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   const streams = new StreamRegistry(delivery, subscriptions, options.streamHeartbeatMs ?? 15_000);
   app.decorate('broker', { ctx, regions, controlPlane, topics, subscriptions, delivery, streams });
+  // No region serves until its store is known to be in this broker's storage format.
+  const refuseStore = options.onStorageProblem ?? ((problem: string) => app.log.error(problem));
+  const stopGuards = await Promise.all(
+    regions.all.map((region) => guardStorageFormat(region, refuseStore, options.firstConnectWaitMs ?? FIRST_CONNECT_WAIT_MS)),
+  );
   controlPlane.start();
 
   const routeList: RegisteredRoute[] = [];
@@ -172,6 +188,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     await controlPlane.stop();
   });
   app.addHook('onClose', async () => {
+    for (const stop of stopGuards) stop();
     for (const subscriber of ownSubscribers) subscriber.disconnect();
   });
 

@@ -2,10 +2,8 @@ import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { buildApp } from './app.ts';
 import { redisTimeUs } from './broker/clock.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
-import type { Region } from './broker/regions.ts';
 import { ManagedRedis, ManagedRedisError } from './redis/managed.ts';
 import type { RedisClient } from './redis/scripts.ts';
-import { claimStorageFormat } from './redis/storage-format.ts';
 
 /**
  * The only file that listens. Starts (or re-adopts) the managed Redis when no REDIS_URL or
@@ -41,42 +39,6 @@ function connect(target: RegionRedis, queueWhileOffline = false): RedisClient {
   return client;
 }
 
-/** How long the first storage-format check waits for a Redis to connect before the broker listens. */
-const FIRST_CONNECT_WAIT_MS = 5_000;
-
-/**
- * Refuses a store laid out by another version of the broker (storage-format.ts): checked before
- * the broker listens (each region's Redis that connects within FIRST_CONNECT_WAIT_MS), and again
- * whenever a region's Redis (re)connects. `refuse` gets what is wrong.
- */
-async function guardStorageFormat(regions: readonly Region[], refuse: (problem: string) => void): Promise<void> {
-  const check = (region: Region) =>
-    claimStorageFormat(region.ctx.redis, region.ctx.keys).then(
-      (problem) => problem && refuse(problem),
-      () => {}, // unreachable again: checked on the next connect
-    );
-  for (const region of regions) region.ctx.redis.on('ready', () => void check(region));
-  await Promise.all(
-    regions.map(async (region) => {
-      if (await connectedWithin(region.ctx.redis, FIRST_CONNECT_WAIT_MS)) await check(region);
-    }),
-  );
-}
-
-function connectedWithin(redis: RedisClient, ms: number): Promise<boolean> {
-  if (redis.status === 'ready') return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => done(false), ms);
-    const onReady = () => done(true);
-    const done = (connected: boolean) => {
-      clearTimeout(timer);
-      redis.off('ready', onReady);
-      resolve(connected);
-    };
-    redis.on('ready', onReady);
-  });
-}
-
 /** A region's Redis: the command connection and the wake-up subscriber. */
 function connectRegion(target: RegionRedis) {
   return { name: target.name, redis: connect(target), subscriber: connect(target, true) };
@@ -106,6 +68,10 @@ async function main(): Promise<void> {
   );
   const others = (config.REGIONS ?? []).filter((region) => region.name !== config.REGION).map(connectRegion);
   const { redis, subscriber } = local;
+  // A store laid out by another version of the broker is never served: the broker says why and
+  // exits (before it listens, when Redis answers at start).
+  let refusal: string | undefined;
+  let refuseStore = (problem: string) => void (refusal ??= problem);
   const app = await buildApp({
     redis,
     subscriber,
@@ -114,6 +80,7 @@ async function main(): Promise<void> {
     pullWaitMs: config.PULL_WAIT_SECONDS * 1000,
     logger: { level: config.LOG_LEVEL },
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
+    onStorageProblem: (problem) => refuseStore(problem),
   });
 
   const janitor = setInterval(() => {
@@ -144,11 +111,11 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => void shutdown('SIGTERM received'));
   process.on('SIGINT', () => void shutdown('SIGINT received'));
 
-  await guardStorageFormat(app.broker.regions.all, (problem) => {
+  refuseStore = (problem) => {
     log(problem);
     void shutdown('refusing this store', 1);
-  });
-  if (shuttingDown) return;
+  };
+  if (refusal) return refuseStore(refusal);
 
   const address = await app.listen({ port: config.PORT, host: config.HOST });
   const redisDescription = managed

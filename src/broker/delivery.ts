@@ -22,7 +22,7 @@ export const MAX_PULL_MESSAGES = 1000;
  */
 export const MAX_PULL_BYTES = 10_000_000;
 export const MAX_PUBLISH_MESSAGES = 1000;
-// One publish takes one block of sequence numbers (keys.ts): its messages must fit in it.
+// A publish's seqs lie in one block of sequence numbers (keys.ts): its messages must fit in it.
 if (MAX_PUBLISH_MESSAGES > SEQS_PER_BLOCK) throw new Error('a publish must fit in one block of sequence numbers');
 export const MAX_PUBLISH_BYTES = 10_000_000;
 const MAX_ATTRIBUTES = 100;
@@ -186,7 +186,7 @@ export class DeliveryService {
       // other small publishes. Either way they are encoded in one pass: they are nearly all of
       // what is sent (binary-command.ts).
       const result = (await (staged
-        ? ctx.scripts.runStaged('publish', keys, args, stagingKey, bodies)
+        ? ctx.scripts.runStaged('publish', keys, args, stagingKey, bodies).catch(stagedBodiesMissing)
         : ctx.scripts.runEncoded('publish', keys, args, bodies))) as number[];
       if (result[0] === -1) return undefined;
       if (result[0] === -2) {
@@ -580,8 +580,8 @@ const publishTimes = {
 
 /**
  * The stored bodies of messages `seqs` (null where gone), in that order: one HMGET per body block
- * (a pull's messages come in runs from few blocks), pipelined; on Redis Cluster all on the
- * topic's slot. A seq's digits name its block and field (keys.ts).
+ * (a pull's messages come in runs from few blocks), pipelined when there are several; on Redis
+ * Cluster all on the topic's slot. A seq's digits name its block and field (keys.ts).
  */
 async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): Promise<(Buffer | null)[]> {
   const blocks = new Map<string, { fields: string[]; places: number[] }>();
@@ -682,6 +682,19 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
   if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
   return { bodies: packed, staged };
 }
+
+/**
+ * The publish script found the staged bodies missing: ioredis Cluster, retrying commands one by
+ * one after a failover, sent the script before them. Nothing was stored, and a retry succeeds.
+ */
+function stagedBodiesMissing(error: unknown): never {
+  if (error instanceof Error && error.message.includes(STAGED_BODIES_MISSING)) {
+    throw unavailable('The publish could not be stored this time; retry it.');
+  }
+  throw error;
+}
+/** The error publish.lua answers when the staged bodies are not all there. */
+const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
 
 const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);
 

@@ -16,6 +16,8 @@ export class Region {
    * subscription while it was away must attach it before it stores another publish.
    */
   synced: boolean;
+  /** The store was found in this broker's storage format (storage-guard.ts): until then, unused. */
+  storageChecked = false;
 
   constructor(
     /** '' for the one region of a deployment without regions. */
@@ -35,7 +37,7 @@ export class Region {
 
   /** May serve messages, acks and control-plane reads. */
   get usable(): boolean {
-    return !this.needsSync || (this.synced && this.connected);
+    return this.storageChecked && (!this.needsSync || (this.synced && this.connected));
   }
 }
 

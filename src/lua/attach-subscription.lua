@@ -2,7 +2,7 @@
   attach-subscription: makes a subscription receive the topic's future publishes in this region,
   and sets its delivery settings. Used by create, update, and the copy to other regions:
   repeating it is harmless.
-  KEYS[1]    topic state (HASH: block, attachVersion, deleted)
+  KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
   KEYS[2]    attached subscriptions (HASH uid -> '1' ordered | '0')
   KEYS[3]    the subscription's config (HASH)
   ARGV[1]    time override in microseconds, or '' (an attach or a settings change counts as use)

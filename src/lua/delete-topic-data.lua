@@ -1,7 +1,7 @@
 --[[
   delete-topic-data: closes a topic incarnation to publishing. Its subscriptions keep and
   deliver what they already hold.
-  KEYS[1]    topic state (HASH: block, attachVersion, deleted)
+  KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
   ARGV       none
   Returns    1
   Invariant: no publish or attach succeeds on the incarnation afterwards.

@@ -1,7 +1,7 @@
 --[[
   drop-subscription: detaches a subscription and releases, in bounded batches, the message
   bodies it still holds. Called repeatedly until it returns 0; safe to repeat after a crash.
-  KEYS[1]    topic state (HASH: block, attachVersion, deleted)
+  KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
   KEYS[2]    attached subscriptions (HASH uid -> ordered flag)
   KEYS[3]    the subscription's config (HASH)
   KEYS[4]    its ready list

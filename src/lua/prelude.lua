@@ -53,10 +53,12 @@ local SEQS_PER_BLOCK = 1000
 
 -- The key and field of message `seq`'s body (seq a decimal string). The last block's key is
 -- kept: a script's seqs come in runs from one publish, and a pull looks up a thousand of them.
-local located_block, located_key
+local located_prefix, located_block, located_key
 local function body_location(bodies_prefix, seq)
   local block = string.sub(seq, 1, -4)
-  if block ~= located_block then located_block, located_key = block, bodies_prefix .. block end
+  if block ~= located_block or bodies_prefix ~= located_prefix then
+    located_prefix, located_block, located_key = bodies_prefix, block, bodies_prefix .. block
+  end
   return located_key, string.sub(seq, -3)
 end
 

@@ -40,7 +40,10 @@ local FIRST_BODY_ARG = 8
 local count = tonumber(ARGV[7])
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
-  return redis.error_reply('publish: the staged bodies are not all there')
+  return redis.error_reply('publish: the staged bodies are not all there') -- matched in delivery.ts
+end
+if not staged and #ARGV - FIRST_BODY_ARG + 1 ~= count then
+  return redis.error_reply('publish: ARGV does not hold the message count of bodies')
 end
 local function discard_staging()
   if staged then redis.call('DEL', staging_key) end

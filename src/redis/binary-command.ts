@@ -34,7 +34,8 @@ export class BinaryArgsCommand extends Command {
  * the room `trailing` keeps in front of its strings, it is written there and the command is a
  * view of that buffer: the strings are not copied at all. Several commands made from the same
  * BulkStrings (retries) share that room, so each must have been written out before the next is
- * made: true of every caller, who makes the next only after the last one's reply.
+ * made: true of every caller, who makes the next only after the last one's reply (and never
+ * after a command that timed out, which ioredis might still be sending).
  */
 export function encodeCommand(name: string, args: string[], trailing: BulkStrings): Buffer {
   let text = `*${args.length + 1 + trailing.bulkCount}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`;

@@ -90,7 +90,7 @@ export class Scripts {
 
   /**
    * Runs a script whose large binary input (publish's message bodies) is first written to a
-   * staging hash under a key nobody else knows: `HSET stagingKey 0 b0 1 b1 ...`, `EXPIRE
+   * staging hash under a key nobody else knows: `HSET stagingKey 000 b0 001 b1 ...`, `EXPIRE
    * stagingKey`, then the script, which takes the hash over (RENAME) or deletes it. Redis never
    * makes Lua strings of the bodies this way (see publish.lua).
    *

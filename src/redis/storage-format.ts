@@ -1,21 +1,26 @@
-import type { Keys } from './keys.ts';
+import { SEQS_PER_BLOCK, type Keys } from './keys.ts';
 import type { RedisClient } from './scripts.ts';
 
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 2 keeps each publish's bodies in a block of their own
- * (`b:<block>`); before it (format 1, never recorded) a topic incarnation kept every body in one
- * `messages` hash.
+ * cannot find is dropped as gone. Format 2 keeps bodies in blocks of 1000 seqs (`b:<block>`,
+ * SCHEMA.md); before it (format 1, never recorded) a topic incarnation kept every body in one
+ * `messages` hash, and its last seq in `state.seq`.
  */
 export const STORAGE_FORMAT = '2';
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store with no recorded format is either new or written by format 1;
- * it is claimed only if it holds no format-1 bodies (topics and subscriptions without messages
- * read the same in both formats). Brokers of the older version must be stopped first: one that
- * stores messages after the claim would have them misread.
+ * undefined when it may. A store with no recorded format is new, or was written by format 1:
+ *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
+ *   - with format-1 bodies (`messages` hashes) it is refused: they must be delivered by the
+ *     version that wrote them;
+ *   - otherwise (records, but every backlog drained) it is claimed, and each topic incarnation's
+ *     next publish goes on after the seqs format 1 handed out (its `state.seq`): message IDs and
+ *     ack IDs are never used twice.
+ * Brokers of the older version must be stopped first: one that stores messages after the claim
+ * would have them misread.
  */
 export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promise<string | undefined> {
   const recorded = await redis.get(keys.storageFormat);
@@ -23,29 +28,38 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
   if (recorded !== null) {
     return `This Redis holds broker data in storage format ${recorded} (key ${keys.storageFormat}); this broker reads format ${STORAGE_FORMAT}. Run the broker version that wrote it.`;
   }
-  const older = await findKey(redis, keys.everyTopicData('messages'));
-  if (older !== undefined) {
-    return (
-      `This Redis holds messages stored by an earlier version of the broker (${older}), in a layout this version cannot read. ` +
-      'Deliver them with that version first (until every subscription backlog is empty, then delete the keys ending in ":messages"), ' +
-      'or start this version on an empty store (another DATA_DIR, Redis or KEY_PREFIX).'
-    );
+  const [topics, subscriptions] = await Promise.all([redis.hlen(keys.topics), redis.hlen(keys.subscriptions)]);
+  if (topics > 0 || subscriptions > 0) {
+    const older = await scanKeys(redis, keys.everyTopicData('messages'), { first: true });
+    if (older.length > 0) {
+      return (
+        `This Redis holds messages stored by an earlier version of the broker (${older[0]}), in a layout this version cannot read. ` +
+        'Deliver them with that version first (until every subscription backlog is empty, then delete the keys ending in ":messages"), ' +
+        'or start this version on an empty store (another DATA_DIR, Redis or KEY_PREFIX).'
+      );
+    }
+    for (const state of await scanKeys(redis, keys.everyTopicData('state'))) {
+      const [seq, block] = await redis.hmget(state, 'seq', 'block');
+      // Format 2 numbers seqs in blocks of SEQS_PER_BLOCK: the next publish takes the block after this one.
+      if (seq !== null && block === null) await redis.hsetnx(state, 'block', String(Math.floor(Number(seq) / SEQS_PER_BLOCK)));
+    }
   }
   await redis.set(keys.storageFormat, STORAGE_FORMAT, 'NX');
   const claimed = await redis.get(keys.storageFormat);
   return claimed === STORAGE_FORMAT ? undefined : `Another broker recorded storage format ${claimed} at the same time; this broker reads format ${STORAGE_FORMAT}.`;
 }
 
-/** The first key matching `pattern` on any master, if there is one. */
-async function findKey(redis: RedisClient, pattern: string): Promise<string | undefined> {
-  const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
-  for (const node of nodes) {
+/** The keys matching `pattern` on every master (with `first`, at most the first one found). */
+async function scanKeys(redis: RedisClient, pattern: string, { first = false } = {}): Promise<string[]> {
+  const found: string[] = [];
+  for (const node of 'nodes' in redis ? redis.nodes('master') : [redis]) {
     let cursor = '0';
     do {
-      const [next, found] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      if (found.length > 0) return found[0];
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      found.push(...keys);
+      if (first && found.length > 0) return found.slice(0, 1);
       cursor = next;
     } while (cursor !== '0');
   }
-  return undefined;
+  return found;
 }

@@ -10,9 +10,12 @@
 //   - a staged publish that is refused (deleted incarnation, attachments changed), that has
 //     nobody to deliver to, or whose staged bodies are not all there when its script runs
 //     leaves no staging key and takes no block;
+//   - a staged publish refused for its stamp or for changed attachments is sent again whole;
+//   - a staged publish whose bodies did not all arrive answers UNAVAILABLE and stores nothing;
 //   - 1000 messages go in one call when they are small (the script unpacks 2000 arguments).
 import { readFileSync } from 'node:fs';
 import t from 'tap';
+import { redisTimeUs } from '../../src/broker/clock.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { layoutMessage, packMessages, stampMessages } from '../../src/broker/message-codec.ts';
 import type { BulkStrings } from '../../src/redis/binary-command.ts';
@@ -159,6 +162,50 @@ for (const target of redisTargets()) {
     t.same(await scanKeys(ctx.redis, data.staging('*')), [], 'no staging key is left');
     t.equal((await storedBodies(ctx.redis, data)).size, 0, 'and no body stored');
     t.equal(await ctx.redis.llen(sub.ready), 0, 'nothing to deliver');
+  });
+
+  t.test(`${target.name}: a staged publish refused for its stamp or for changed attachments is sent again whole`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'staged-retries', stageBodiesFromBytes: 0 });
+    t.equal((await broker.api('PUT', `${P}/topics/retries`, {})).status, 200);
+    t.equal((await broker.api('PUT', `${P}/subscriptions/retries`, { topic: 'projects/p/topics/retries' })).status, 200);
+    const { ctx, data } = await topicData(broker, 'retries');
+    const publish = async (texts: string[]) => {
+      const { status, body } = await broker.api('POST', `${P}/topics/retries:publish`, { messages: texts.map((text) => ({ data: b64(text) })) });
+      t.equal(status, 200, JSON.stringify(body));
+      return body.messageIds;
+    };
+    t.same(await publish(['one']), ['1000']);
+    ctx.publishClock.observe((await redisTimeUs(ctx.redis)) - 3_600_000_000); // a reading an hour behind: refused once
+    t.same(await publish(['two', 'three']), ['2000', '2001'], 'stored after the stamp was refused');
+    await ctx.redis.hincrby(data.state, 'attachVersion', 1); // attachments changed behind the broker's back
+    t.same(await publish(['four']), ['3000'], 'stored after the attachments were read again');
+    const received = await pull(broker, 'retries');
+    t.same(
+      received.map((m) => [m.message.messageId, unb64(m.message.data)]),
+      [['1000', 'one'], ['2000', 'two'], ['2001', 'three'], ['3000', 'four']],
+      'each body under its own ID, once',
+    );
+    t.same(await scanKeys(ctx.redis, data.staging('*')), [], 'no staging key is left');
+  });
+
+  t.test(`${target.name}: a staged publish whose bodies did not all arrive answers UNAVAILABLE and stores nothing`, async (t) => {
+    const broker = await startBroker(t, { target, name: 'staged-missing', stageBodiesFromBytes: 0 });
+    t.equal((await broker.api('PUT', `${P}/topics/missing`, {})).status, 200);
+    t.equal((await broker.api('PUT', `${P}/subscriptions/missing`, { topic: 'projects/p/topics/missing' })).status, 200);
+    const { ctx, data } = await topicData(broker, 'missing');
+    // As if the script ran before the HSET (ioredis Cluster retrying commands one by one): the
+    // staging key holds fewer bodies than the script is told.
+    const runStaged = ctx.scripts.runStaged.bind(ctx.scripts);
+    ctx.scripts.runStaged = (name, keys, args, stagingKey, bodies) =>
+      runStaged(name, keys, [...args.slice(0, -1), String(Number(args.at(-1)) + 1)], stagingKey, bodies);
+    const answer = await broker.api('POST', `${P}/topics/missing:publish`, { messages: [{ data: b64('one') }, { data: b64('two') }] });
+    ctx.scripts.runStaged = runStaged;
+    t.same([answer.status, answer.body.error?.status], [503, 'UNAVAILABLE'], 'UNAVAILABLE: the client publishes again');
+    t.same(await scanKeys(ctx.redis, data.staging('*')), [], 'no staging key is left');
+    t.same(await pull(broker, 'missing'), [], 'nothing was stored');
+    const again = await broker.api('POST', `${P}/topics/missing:publish`, { messages: [{ data: b64('one') }, { data: b64('two') }] });
+    t.equal(again.status, 200, 'publishing again succeeds');
+    t.same((await pull(broker, 'missing')).map((m) => unb64(m.message.data)), ['one', 'two']);
   });
 
   t.test(`${target.name}: a publish of 1000 small messages in one call`, async (t) => {

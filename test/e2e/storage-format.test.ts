@@ -4,13 +4,18 @@
 //   - a store that holds an earlier version's message bodies (`messages` hashes) is refused, and
 //     so is one recorded in another format; a key prefix with SCAN pattern characters still
 //     finds only its own keys;
+//   - a drained store of the earlier format is claimed, and its next message IDs lie past the
+//     ones it handed out;
+//   - a broker app on a store it must not serve hears why and answers UNAVAILABLE to everything;
 //   - the broker process refuses such a store: it exits with code 1 and says why, before it
 //     listens.
 import t from 'tap';
+import { buildApp } from '../../src/app.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { STORAGE_FORMAT, claimStorageFormat } from '../../src/redis/storage-format.ts';
+import { jsonApi } from '../helpers/app.ts';
 import { startBrokerProcess } from '../helpers/processes.ts';
-import { redisTargets, testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
+import { redisTargets, testRedisUrl, uniquePrefix, type RedisClient } from '../helpers/redis.ts';
 
 for (const target of redisTargets()) {
   t.test(`${target.name}: claiming a store for the storage format`, async (t) => {
@@ -26,11 +31,11 @@ for (const target of redisTargets()) {
     const base = uniquePrefix('format-older');
     const older = new Keys(`${base}x[ab]*`);
     const neighbour = new Keys(`${base}xa`);
-    await redis.hset(neighbour.topicData('0123456789abcdef').state, 'seq', '3');
-    await redis.hset(`${neighbour.prefix}:{t0123456789abcdef}:messages`, '1', 'a body of the earlier format');
+    await holdFormat1Messages(redis, neighbour, '0123456789abcdef');
+    await redis.hset(older.topics, 'projects/p/topics/other', '{}');
     t.equal(await claimStorageFormat(redis, older), undefined, 'another prefix\'s older bodies are no concern');
     await redis.del(older.storageFormat);
-    await redis.hset(`${older.prefix}:{tfedcba9876543210}:messages`, '1', 'a body of the earlier format');
+    await holdFormat1Messages(redis, older, 'fedcba9876543210');
     const problem = await claimStorageFormat(redis, older);
     t.match(problem, /earlier version of the broker \(.*:messages\)/, 'a store with older bodies is refused');
     t.equal(await redis.get(older.storageFormat), null, 'and not claimed');
@@ -39,6 +44,58 @@ for (const target of redisTargets()) {
     await redis.set(other.storageFormat, '99');
     t.match(await claimStorageFormat(redis, other), /storage format 99/, 'a store recorded in another format is refused');
   });
+
+  t.test(`${target.name}: a drained store of the earlier format is claimed, and its message IDs go on`, async (t) => {
+    const redis = target.connect();
+    t.teardown(() => redis.quit());
+    const prefix = uniquePrefix('format-drained');
+    const keys = new Keys(prefix);
+    // A topic and subscription made by this version, then rewound to what format 1 left behind.
+    const made = await buildApp({ redis, keyPrefix: prefix });
+    const api = jsonApi(made);
+    await api('PUT', '/v1/projects/p/topics/drained', {});
+    await api('PUT', '/v1/projects/p/subscriptions/drained', { topic: 'projects/p/topics/drained' });
+    await made.close();
+    const { uid } = JSON.parse((await redis.hget(keys.topics, 'projects/p/topics/drained'))!);
+    await redis.del(keys.storageFormat);
+    await redis.hdel(keys.topicData(uid).state, 'block', 'used');
+    await redis.hset(keys.topicData(uid).state, 'seq', '5432');
+
+    const app = await buildApp({ redis, keyPrefix: prefix });
+    t.teardown(() => app.close());
+    t.equal(await redis.get(keys.storageFormat), STORAGE_FORMAT, 'claimed');
+    const { body } = await jsonApi(app)('POST', '/v1/projects/p/topics/drained:publish', { messages: [{ data: 'QUJD' }] });
+    t.same(body.messageIds, ['6000'], 'the next message ID lies past every one format 1 handed out');
+  });
+
+  t.test(`${target.name}: a broker app on a store it must not serve never uses it`, async (t) => {
+    const redis = target.connect();
+    t.teardown(() => redis.quit());
+    const keys = new Keys(uniquePrefix('format-refused'));
+    await holdFormat1Messages(redis, keys, '0123456789abcdef');
+    const problems: string[] = [];
+    const app = await buildApp({ redis, keyPrefix: keys.prefix, onStorageProblem: (problem) => problems.push(problem) });
+    t.teardown(() => app.close());
+    t.match(problems, [/earlier version of the broker/], 'it heard why');
+    const api = jsonApi(app);
+    for (const [method, url, body] of [
+      ['GET', '/v1/projects/p/topics/orders', undefined],
+      ['POST', '/v1/projects/p/topics/orders:publish', { messages: [{ data: 'QUJD' }] }],
+      ['POST', '/v1/projects/p/subscriptions/orders:pull', { maxMessages: 1 }],
+      ['GET', '/readyz', undefined],
+    ] as const) {
+      const answer = await api(method, url, body);
+      t.equal(answer.status, 503, `${method} ${url}: UNAVAILABLE`);
+    }
+    t.equal(await redis.exists(keys.storageFormat), 0, 'the store was not claimed');
+  });
+}
+
+/** What an earlier version of the broker left: a topic, and a message body in a `messages` hash. */
+async function holdFormat1Messages(redis: RedisClient, keys: Keys, uid: string): Promise<void> {
+  await redis.hset(keys.topics, 'projects/p/topics/orders', JSON.stringify({ name: 'projects/p/topics/orders', uid, version: 1 }));
+  await redis.hset(keys.topicData(uid).state, 'seq', '1');
+  await redis.hset(`${keys.prefix}:{t${uid}}:messages`, '1', 'a body of the earlier format');
 }
 
 t.test('the broker process refuses a store of an earlier format before it listens', async (t) => {
@@ -46,7 +103,7 @@ t.test('the broker process refuses a store of an earlier format before it listen
   const redis = standalone.connect();
   t.teardown(() => redis.quit());
   const keys = new Keys(uniquePrefix('format-process'));
-  await redis.hset(`${keys.prefix}:{t0123456789abcdef}:messages`, '1', 'a body of the earlier format');
+  await holdFormat1Messages(redis, keys, '0123456789abcdef');
   const started = startBrokerProcess({ REDIS_URL: testRedisUrl(), KEY_PREFIX: keys.prefix, LOG_LEVEL: 'info' });
   const error = await started.then(
     () => undefined,
