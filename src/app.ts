@@ -37,9 +37,10 @@ export interface AppOptions {
   stageBodiesFromBytes?: number;
   /**
    * Hears that a region's store is laid out by another version of the broker (storage-format.ts);
-   * that region is never used. Default: an error in the log (src/server.ts exits instead).
+   * that region is not used. Default: an error in the log (src/server.ts exits when it is the
+   * local region's).
    */
-  onStorageProblem?: (problem: string) => void;
+  onStorageProblem?: (problem: string, region: Region) => void;
   /** How long buildApp waits for Redis to connect and its store to be checked (default 5 s; the check goes on after). */
   firstConnectWaitMs?: number;
   logger?: FastifyServerOptions['logger'];
@@ -153,9 +154,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const streams = new StreamRegistry(delivery, subscriptions, options.streamHeartbeatMs ?? 15_000);
   app.decorate('broker', { ctx, regions, controlPlane, topics, subscriptions, delivery, streams });
   // No region serves until its store is known to be in this broker's storage format.
-  const refuseStore = options.onStorageProblem ?? ((problem: string) => app.log.error(problem));
   const stopGuards = await Promise.all(
-    regions.all.map((region) => guardStorageFormat(region, refuseStore, options.firstConnectWaitMs ?? FIRST_CONNECT_WAIT_MS)),
+    regions.all.map((region) =>
+      guardStorageFormat(region, {
+        refuse: options.onStorageProblem ?? ((problem) => app.log.error(problem)),
+        // With regions, a store found fit takes part in the control plane from now on.
+        checked: multiRegion ? () => void controlPlane.requestSync() : undefined,
+        log: (message) => app.log.warn(message),
+        firstWaitMs: options.firstConnectWaitMs ?? FIRST_CONNECT_WAIT_MS,
+      }),
+    ),
   );
   controlPlane.start();
 

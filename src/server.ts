@@ -1,6 +1,7 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { buildApp } from './app.ts';
 import { redisTimeUs } from './broker/clock.ts';
+import type { Region } from './broker/regions.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
 import { ManagedRedis, ManagedRedisError } from './redis/managed.ts';
 import type { RedisClient } from './redis/scripts.ts';
@@ -68,10 +69,15 @@ async function main(): Promise<void> {
   );
   const others = (config.REGIONS ?? []).filter((region) => region.name !== config.REGION).map(connectRegion);
   const { redis, subscriber } = local;
-  // A store laid out by another version of the broker is never served: the broker says why and
-  // exits (before it listens, when Redis answers at start).
+  // A store laid out by another version of the broker is never served. The local region's: the
+  // broker says why and exits (before it listens, when Redis answers at start); another region's
+  // stays out of use, and the broker serves from the others.
   let refusal: string | undefined;
   let refuseStore = (problem: string) => void (refusal ??= problem);
+  const refuseRegionStore = (problem: string, region: Region) => {
+    if (region.name === (config.REGION ?? '')) refuseStore(problem);
+    else log(`region ${region.name} is left out of use: ${problem}`);
+  };
   const app = await buildApp({
     redis,
     subscriber,
@@ -80,7 +86,7 @@ async function main(): Promise<void> {
     pullWaitMs: config.PULL_WAIT_SECONDS * 1000,
     logger: { level: config.LOG_LEVEL },
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
-    onStorageProblem: (problem) => refuseStore(problem),
+    onStorageProblem: refuseRegionStore,
   });
 
   const janitor = setInterval(() => {

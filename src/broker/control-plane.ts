@@ -200,7 +200,7 @@ export class ControlPlane {
   async write(kind: Kind, arbiter: Region, expected: string, state: State): Promise<'written' | 'changed' | 'conflict'> {
     if (!(await this.put(kind, arbiter, state, 'cas', expected)).applied) return 'changed';
     const json = JSON.stringify(state);
-    const others = this.regions.all.filter((region) => region !== arbiter && region.connected);
+    const others = this.regions.all.filter((region) => region !== arbiter && region.reachable);
     const copies = await Promise.all(
       others.map((region) =>
         this.put(kind, region, state, 'newer').catch((error: Error) => {
@@ -335,13 +335,14 @@ export class ControlPlane {
   }
 
   /**
-   * Anti-entropy over every connected region: each name's highest state goes to the regions
+   * Anti-entropy over every reachable region (connected, its store checked: storage-guard.ts):
+   * each name's highest state goes to the regions
    * that hold an older one; then every region that took part without an error, and whose
    * connection did not change meanwhile, is synced. A region that fails is left out (and stays
    * unsynced), so that one sick region never keeps the others from being synced.
    */
   private async sync(): Promise<void> {
-    const connected = this.regions.all.filter((region) => region.connected);
+    const connected = this.regions.all.filter((region) => region.reachable);
     const epochs = new Map(connected.map((region) => [region, this.epochs.get(region)]));
     const failed = new Set<Region>();
     const attempt = async (region: Region, work: () => Promise<unknown>) => {
@@ -373,7 +374,7 @@ export class ControlPlane {
       }
     }
     for (const region of connected) {
-      if (!failed.has(region) && region.connected && this.epochs.get(region) === epochs.get(region)) region.synced = true;
+      if (!failed.has(region) && region.reachable && this.epochs.get(region) === epochs.get(region)) region.synced = true;
     }
     if (failed.size > 0) throw new Error(`regions ${[...failed].map((region) => region.name).join(', ')} are not synced`);
   }

@@ -35,6 +35,11 @@ export class Region {
     return this.ctx.redis.status === 'ready';
   }
 
+  /** Connected, and its store is one this broker may use: the control plane may read and write it. */
+  get reachable(): boolean {
+    return this.connected && this.storageChecked;
+  }
+
   /** May serve messages, acks and control-plane reads. */
   get usable(): boolean {
     return this.storageChecked && (!this.needsSync || (this.synced && this.connected));

@@ -46,6 +46,8 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
   }
   await redis.set(keys.storageFormat, STORAGE_FORMAT, 'NX');
   const claimed = await redis.get(keys.storageFormat);
+  // Gone again (a failover lost the write): an error, so the check is tried again.
+  if (claimed === null) throw new Error(`${keys.storageFormat} could not be recorded`);
   return claimed === STORAGE_FORMAT ? undefined : `Another broker recorded storage format ${claimed} at the same time; this broker reads format ${STORAGE_FORMAT}.`;
 }
 

@@ -6,16 +6,21 @@
 //     finds only its own keys;
 //   - a drained store of the earlier format is claimed, and its next message IDs lie past the
 //     ones it handed out;
-//   - a broker app on a store it must not serve hears why and answers UNAVAILABLE to everything;
+//   - a broker app on a store it must not serve hears why and answers UNAVAILABLE to everything,
+//     also when the store is found changed after Redis reconnects;
+//   - with regions, a refused region is left out of use and out of the control plane: its
+//     records are not copied into the others, nor theirs into it;
 //   - the broker process refuses such a store: it exits with code 1 and says why, before it
 //     listens.
+import { Redis } from 'ioredis';
 import t from 'tap';
 import { buildApp } from '../../src/app.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { STORAGE_FORMAT, claimStorageFormat } from '../../src/redis/storage-format.ts';
 import { jsonApi } from '../helpers/app.ts';
 import { startBrokerProcess } from '../helpers/processes.ts';
-import { redisTargets, testRedisUrl, uniquePrefix, type RedisClient } from '../helpers/redis.ts';
+import { redisTargets, scanKeys, testRedisUrl, uniquePrefix, type RedisClient } from '../helpers/redis.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
 for (const target of redisTargets()) {
   t.test(`${target.name}: claiming a store for the storage format`, async (t) => {
@@ -90,6 +95,51 @@ for (const target of redisTargets()) {
     t.equal(await redis.exists(keys.storageFormat), 0, 'the store was not claimed');
   });
 }
+
+t.test('a store refused when Redis reconnects takes the region out of use', async (t) => {
+  const [standalone] = redisTargets();
+  const redis = standalone.connect();
+  t.teardown(() => redis.quit());
+  const keys = new Keys(uniquePrefix('format-recheck'));
+  const problems: string[] = [];
+  const app = await buildApp({ redis, keyPrefix: keys.prefix, onStorageProblem: (problem) => problems.push(problem) });
+  t.teardown(() => app.close());
+  const api = jsonApi(app);
+  t.equal((await api('PUT', '/v1/projects/p/topics/orders', {})).status, 200, 'served');
+  await redis.set(keys.storageFormat, '3'); // another version took the store over meanwhile
+  redis.disconnect(true); // and the connection was lost and made again
+  t.ok(await waitUntil(() => problems.length > 0, 5_000), 'the check after the reconnect refused the store');
+  t.equal((await api('GET', '/v1/projects/p/topics/orders')).status, 503, 'and the region is out of use');
+  t.equal((await api('GET', '/readyz')).status, 503);
+});
+
+t.test('with regions, a refused region is left out of use and out of the control plane', async (t) => {
+  // Two regions on one test server: region a in database 0, region b in database 1.
+  const regionA = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
+  const regionB = new Redis(`${testRedisUrl()}/1`, { maxRetriesPerRequest: 1 });
+  t.teardown(() => Promise.all([regionA.quit(), regionB.quit()]));
+  const keys = new Keys(uniquePrefix('format-regions'));
+  await holdFormat1Messages(regionB, keys, '0123456789abcdef');
+  const problems: string[] = [];
+  const app = await buildApp({
+    redis: regionA,
+    keyPrefix: keys.prefix,
+    regions: { local: 'a', others: [{ name: 'b', redis: regionB }] },
+    onStorageProblem: (problem, region) => problems.push(`${region.name}: ${problem}`),
+  });
+  t.teardown(async () => {
+    await app.close();
+    for (const redis of [regionA, regionB]) {
+      const left = await scanKeys(redis, `${keys.prefix}:*`);
+      if (left.length > 0) await redis.del(...left);
+    }
+  });
+  t.match(problems, [/^b: .*earlier version of the broker/], 'region b was refused');
+  const api = jsonApi(app);
+  t.ok(await waitUntil(async () => (await api('PUT', '/v1/projects/p/topics/fresh', {})).status === 200, 5_000), 'region a serves');
+  t.equal((await api('GET', '/v1/projects/p/topics/orders')).status, 404, "region b's records were not copied into region a");
+  t.equal(await regionB.hexists(keys.topics, 'projects/p/topics/fresh'), 0, 'nor region a\'s into region b');
+});
 
 /** What an earlier version of the broker left: a topic, and a message body in a `messages` hash. */
 async function holdFormat1Messages(redis: RedisClient, keys: Keys, uid: string): Promise<void> {

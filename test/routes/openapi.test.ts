@@ -122,7 +122,7 @@ t.test('the routes the app registers are exactly the routes in openapi.yaml', as
   const { buildApp } = await import('../../src/app.ts')
   // Route listing must not need Redis: a lazy client never connects unless a command is sent.
   const redis = new Redis(process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6391', { lazyConnect: true })
-  const app = await buildApp({ redis, keyPrefix: `t-openapi-${randomBytes(6).toString('hex')}` })
+  const app = await buildApp({ redis, keyPrefix: `t-openapi-${randomBytes(6).toString('hex')}`, firstConnectWaitMs: 0 })
   t.teardown(async () => {
     await withTimeout(app.close(), 5000, 'app.close() did not finish within 5 s').finally(() => redis.disconnect())
   })
