@@ -336,14 +336,13 @@ export class ControlPlane {
 
   /**
    * Anti-entropy over every reachable region (connected, its store checked: storage-guard.ts):
-   * each name's highest state goes to the regions
-   * that hold an older one; then every region that took part without an error, and whose
-   * connection did not change meanwhile, is synced. A region that fails is left out (and stays
+   * each name's highest state goes to the regions that hold an older one; then every region that
+   * took part without an error, and whose connection did not change meanwhile, is synced. A region that fails is left out (and stays
    * unsynced), so that one sick region never keeps the others from being synced.
    */
   private async sync(): Promise<void> {
-    const connected = this.regions.all.filter((region) => region.reachable);
-    const epochs = new Map(connected.map((region) => [region, this.epochs.get(region)]));
+    const reachable = this.regions.all.filter((region) => region.reachable);
+    const epochs = new Map(reachable.map((region) => [region, this.epochs.get(region)]));
     const failed = new Set<Region>();
     const attempt = async (region: Region, work: () => Promise<unknown>) => {
       if (failed.has(region)) return;
@@ -354,11 +353,11 @@ export class ControlPlane {
         failed.add(region);
       }
     };
-    await this.shareAckSecret(connected, attempt);
+    await this.shareAckSecret(reachable, attempt);
     // Topics first: a subscription copied to a region finds its topic's state already there.
     for (const kind of ['topic', 'subscription'] as const) {
       const states = new Map<Region, Map<string, string>>();
-      await Promise.all(connected.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))));
+      await Promise.all(reachable.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))));
       const names = new Set([...states.values()].flatMap((byName) => [...byName.keys()]));
       for (const name of names) {
         let winner = '';
@@ -373,7 +372,7 @@ export class ControlPlane {
         }
       }
     }
-    for (const region of connected) {
+    for (const region of reachable) {
       if (!failed.has(region) && region.reachable && this.epochs.get(region) === epochs.get(region)) region.synced = true;
     }
     if (failed.size > 0) throw new Error(`regions ${[...failed].map((region) => region.name).join(', ')} are not synced`);

@@ -579,37 +579,28 @@ const publishTimes = {
 };
 
 /**
- * The stored bodies of messages `seqs` (null where gone), in that order: one HMGET per body block
- * (a pull's messages come in runs from few blocks), pipelined when there are several; on Redis
- * Cluster all on the topic's slot. A seq's digits name its block and field (keys.ts).
+ * The stored bodies of messages `seqs` (null where gone), in that order: one HMGET per run of
+ * seqs in one body block (a pull's messages come in runs from few blocks), pipelined when there
+ * are several; on Redis Cluster all on the topic's slot. A seq's digits name its block and field
+ * (keys.ts).
  */
 async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): Promise<(Buffer | null)[]> {
-  const blocks = new Map<string, { fields: string[]; places: number[] }>();
-  let last: { fields: string[]; places: number[] } | undefined;
-  let lastBlock: string | undefined;
-  seqs.forEach((seq, place) => {
+  const runs: { block: string; fields: string[] }[] = [];
+  for (const seq of seqs) {
     const block = seq.slice(0, -BLOCK_FIELD_DIGITS);
-    if (block !== lastBlock) {
-      lastBlock = block;
-      last = blocks.get(block);
-      if (!last) blocks.set(block, (last = { fields: [], places: [] }));
-    }
-    last!.fields.push(seq.slice(-BLOCK_FIELD_DIGITS));
-    last!.places.push(place);
-  });
-  // One block (most pulls of a stream): one HMGET, without the cost of an ioredis pipeline.
-  if (blocks.size === 1) return redis.hmgetBuffer(data.bodyBlock(lastBlock!), ...last!.fields);
+    let run = runs.at(-1);
+    if (run?.block !== block) runs.push((run = { block, fields: [] }));
+    run.fields.push(seq.slice(-BLOCK_FIELD_DIGITS));
+  }
+  // One run (most pulls of a stream): one HMGET, without the cost of an ioredis pipeline.
+  if (runs.length === 1) return redis.hmgetBuffer(data.bodyBlock(runs[0].block), ...runs[0].fields);
   const pipeline = redis.pipeline();
-  for (const [block, { fields }] of blocks) pipeline.hmgetBuffer(data.bodyBlock(block), ...fields);
+  for (const { block, fields } of runs) pipeline.hmgetBuffer(data.bodyBlock(block), ...fields);
   // exec() answers null only for a transaction whose WATCH failed; this is a plain pipeline.
-  const replies = (await pipeline.exec())!;
-  const bodies: (Buffer | null)[] = new Array(seqs.length).fill(null);
-  [...blocks.values()].forEach(({ places }, b) => {
-    const [error, values] = replies[b] as [Error | null, (Buffer | null)[]];
+  return (await pipeline.exec())!.flatMap(([error, values]) => {
     if (error) throw error;
-    places.forEach((place, i) => (bodies[place] = values[i]));
+    return values as (Buffer | null)[];
   });
-  return bodies;
 }
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
@@ -637,6 +628,7 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
     );
   }
   let totalBytes = 0;
+  let storedBytes = 0;
   const layouts = messages.map((message, index) => {
     const attributes = message.attributes ?? {};
     const attributeNames = Object.keys(attributes);
@@ -670,13 +662,12 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
       throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
     }
     totalBytes += Buffer.byteLength(orderingKey);
+    storedBytes += stored.storedBytes;
     return stored;
   });
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
-  let storedBytes = 0;
-  for (const layout of layouts) storedBytes += layout.storedBytes;
   const staged = storedBytes >= stageFromBytes;
   const packed = packMessages(layouts, { asBlockFields: staged });
   if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);

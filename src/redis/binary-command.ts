@@ -91,10 +91,11 @@ export class BulkStrings {
     };
     lengths.forEach((length, index) => {
       if (indexFields) {
-        const width = Math.max(indexWidth, digitCount(index));
-        writeHeader(width);
-        bytes.fill(ZERO, used, used + width - digitCount(index));
-        used = writeDigits(bytes, used + width - digitCount(index), index);
+        // The index, zero-padded, written byte by byte (no string, no native call per field).
+        const digits = digitCount(index);
+        writeHeader(Math.max(indexWidth, digits));
+        for (let zeros = indexWidth - digits; zeros > 0; zeros--) bytes[used++] = ZERO;
+        used = writeDigits(bytes, used, index);
         bytes[used++] = CR;
         bytes[used++] = LF;
       }

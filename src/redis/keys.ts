@@ -86,7 +86,7 @@ export class TopicKeys {
   get attached(): string {
     return `${this.base}:attached`;
   }
-  /** The prefix of the body block keys (HASH index -> body): block b is `<bodies>b`. */
+  /** The prefix of the body block keys (HASH field -> body): block b is `<bodies>b`. */
   get bodies(): string {
     return `${this.base}:b:`;
   }
@@ -94,7 +94,7 @@ export class TopicKeys {
   bodyBlock(block: number | string): string {
     return `${this.bodies}${block}`;
   }
-  /** Where a publish stages its bodies (HASH index -> body) for the publish script to take over. */
+  /** Where a large publish stages its bodies (HASH field -> body) for the publish script to take over. */
   staging(id: string): string {
     return `${this.base}:staging:${id}`;
   }

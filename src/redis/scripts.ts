@@ -3,6 +3,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { packagePath } from '../paths.ts';
 import { BinaryArgsCommand, type BulkStrings } from './binary-command.ts';
+import { masterNodes } from './nodes.ts';
 
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
@@ -81,8 +82,7 @@ export class Scripts {
    * emptied (NOSCRIPT: a Redis restart, SCRIPT FLUSH) it loads every script and sends the call again.
    */
   async runEncoded(name: ScriptName, keys: string[], args: string[], trailing: BulkStrings): Promise<unknown> {
-    // The arguments before the script's own ARGV are all ioredis needs for routing.
-    const routing = [this.shas.get(name)!, String(keys.length), ...keys];
+    const routing = this.evalshaHead(name, keys);
     return this.loadingScriptsOnNoscript(
       () => this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], trailing, routing)) as Promise<unknown>,
     );
@@ -104,12 +104,12 @@ export class Scripts {
    * On NOSCRIPT every script is loaded and all three are sent again.
    */
   async runStaged(name: ScriptName, keys: string[], args: string[], stagingKey: string, trailing: BulkStrings): Promise<unknown> {
-    const routing = [this.shas.get(name)!, String(keys.length), ...keys];
+    const routing = this.evalshaHead(name, keys);
     return this.loadingScriptsOnNoscript(async () => {
       const [staged, , script] = await Promise.allSettled([
         this.redis.sendCommand(new BinaryArgsCommand('hset', [stagingKey], trailing, [stagingKey])),
         this.redis.expire(stagingKey, STAGING_TTL_SECONDS),
-        this.redis.evalsha(...(routing as [string, string, ...string[]]), ...args),
+        this.redis.evalsha(...routing, ...args),
       ]);
       // The script's answer is what happened, whatever the other two said (an HSET whose reply
       // came after its timeout still wrote the bodies the script took over).
@@ -118,6 +118,11 @@ export class Scripts {
       // A failed HSET (say, out of memory) is why the script found no bodies.
       throw staged.status === 'rejected' ? staged.reason : script.reason;
     });
+  }
+
+  /** EVALSHA's arguments up to the script's own ARGV: all ioredis needs for routing. */
+  private evalshaHead(name: ScriptName, keys: string[]): [string, string, ...string[]] {
+    return [this.shas.get(name)!, String(keys.length), ...keys];
   }
 
   /** Sends again after loading every script when the script cache was emptied (NOSCRIPT). */
@@ -133,8 +138,7 @@ export class Scripts {
 
   /** Loads every script into the Redis script cache (used by readiness checks). */
   async loadAll(): Promise<void> {
-    const nodes = 'nodes' in this.redis ? this.redis.nodes('master') : [this.redis];
-    await Promise.all(nodes.flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))));
+    await Promise.all(masterNodes(this.redis).flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))));
   }
 
   private caller(command: string): ScriptCaller {

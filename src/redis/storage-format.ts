@@ -1,4 +1,5 @@
 import { SEQS_PER_BLOCK, type Keys } from './keys.ts';
+import { scanKeys } from './nodes.ts';
 import type { RedisClient } from './scripts.ts';
 
 /**
@@ -49,19 +50,4 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
   // Gone again (a failover lost the write): an error, so the check is tried again.
   if (claimed === null) throw new Error(`${keys.storageFormat} could not be recorded`);
   return claimed === STORAGE_FORMAT ? undefined : `Another broker recorded storage format ${claimed} at the same time; this broker reads format ${STORAGE_FORMAT}.`;
-}
-
-/** The keys matching `pattern` on every master (with `first`, at most the first one found). */
-async function scanKeys(redis: RedisClient, pattern: string, { first = false } = {}): Promise<string[]> {
-  const found: string[] = [];
-  for (const node of 'nodes' in redis ? redis.nodes('master') : [redis]) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      found.push(...keys);
-      if (first && found.length > 0) return found.slice(0, 1);
-      cursor = next;
-    } while (cursor !== '0');
-  }
-  return found;
 }

@@ -17,12 +17,11 @@ import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { redisTimeUs } from '../../src/broker/clock.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
-import { layoutMessage, packMessages, stampMessages } from '../../src/broker/message-codec.ts';
-import type { BulkStrings } from '../../src/redis/binary-command.ts';
 import { SEQS_PER_BLOCK } from '../../src/redis/keys.ts';
 import { packagePath } from '../../src/paths.ts';
-import { b64, startBroker, unb64, type TestBroker } from '../helpers/app.ts';
+import { b64, startBroker, unb64 } from '../helpers/app.ts';
 import { redisTargets, scanKeys, storedBodies } from '../helpers/redis.ts';
+import { callPublishScript, pullNow, topicData } from '../helpers/topic.ts';
 
 const P = '/v1/projects/p';
 
@@ -30,17 +29,6 @@ t.test('prelude.lua and keys.ts agree on the block size', async (t) => {
   const prelude = readFileSync(packagePath('src', 'lua', 'prelude.lua'), 'utf8');
   t.equal(Number(/^local SEQS_PER_BLOCK = (\d+)$/m.exec(prelude)?.[1]), SEQS_PER_BLOCK);
 });
-
-async function topicData(broker: TestBroker, topic: string) {
-  const ctx = broker.app.broker.ctx;
-  const record = await broker.app.broker.topics.read(parseResourceName('topics', `projects/p/topics/${topic}`));
-  return { ctx, record, data: ctx.keys.topicData(record.uid) };
-}
-
-async function pull(broker: TestBroker, subscription: string): Promise<any[]> {
-  const { body } = await broker.api('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 100, returnImmediately: true });
-  return body.receivedMessages ?? [];
-}
 
 for (const target of redisTargets()) {
   t.test(`${target.name}: seqs of 15 digits and more keep every digit`, async (t) => {
@@ -67,14 +55,14 @@ for (const target of redisTargets()) {
     t.same([...(await storedBodies(ctx.redis, data)).keys()].sort(), ids, 'each body in its block');
 
     for (const id of Object.keys(subscriptions)) {
-      const first = await pull(broker, id);
+      const first = await pullNow(broker, id);
       // Ordered subscriptions hand out the key's messages together, then the unkeyed one.
-      const received = id === 'plain' ? first : [...first, ...(await pull(broker, id))];
+      const received = id === 'plain' ? first : [...first, ...(await pullNow(broker, id))];
       t.same(received.map((m) => m.message.messageId).sort(), ids, `${id}: every message once, under its ID`);
       t.same(received.map((m) => unb64(m.message.data)).sort(), ['k1', 'k2', 'k3', 'u'], `${id}: with its own body`);
       const ack = await broker.api('POST', `${P}/subscriptions/${id}:acknowledge`, { ackIds: received.map((m) => m.ackId) });
       t.same([ack.status, ack.body], [200, {}], `${id}: acked`);
-      t.same(await pull(broker, id), [], `${id}: nothing comes again`);
+      t.same(await pullNow(broker, id), [], `${id}: nothing comes again`);
     }
     t.equal((await storedBodies(ctx.redis, data)).size, 0, 'every body released');
     for (const id of ['ordered', 'ordered-eo']) {
@@ -120,7 +108,7 @@ for (const target of redisTargets()) {
 
     const order: string[] = [];
     for (let round = 0; round < 20 && order.length < 12; round++) {
-      const received = await pull(broker, 'blocks');
+      const received = await pullNow(broker, 'blocks');
       order.push(...received.map((m) => unb64(m.message.data).split('-').slice(0, 2).join('-')));
       await broker.api('POST', `${P}/subscriptions/blocks:acknowledge`, { ackIds: received.map((m) => m.ackId) });
     }
@@ -134,22 +122,17 @@ for (const target of redisTargets()) {
     const nobody = await broker.api('POST', `${P}/topics/staged:publish`, { messages: [{ data: b64('nobody listens') }] });
     t.equal(nobody.status, 200, 'a staged publish with no subscription attached is accepted');
     t.equal((await broker.api('PUT', `${P}/subscriptions/staged`, { topic: 'projects/p/topics/staged' })).status, 200);
-    const { ctx, record, data } = await topicData(broker, 'staged');
+    const topic = await topicData(broker, 'staged');
+    const { ctx, data } = topic;
     const [uid] = Object.keys(await ctx.redis.hgetall(data.attached));
     const sub = data.subscription(uid);
     const version = (await ctx.redis.hget(data.state, 'attachVersion'))!;
     const stagingKey = data.staging('refused');
-    const run = async (count: number, attachVersion = version) => {
-      const packed = packMessages([layoutMessage(b64('staged'))!], { asBlockFields: true }) as BulkStrings;
-      const stamp = Date.now() * 1000;
-      stampMessages(packed, stamp);
-      const keys = [data.state, data.bodies, data.refs, stagingKey, sub.ready, sub.keyed, sub.keyStates];
-      const args = ['', String(stamp), attachVersion, ctx.keys.wakeChannel(record.uid), '', '0', String(count)];
-      return ctx.scripts.runStaged('publish', keys, args, stagingKey, packed).then(
-        (reply) => reply as number[],
+    const run = (count: number, attachVersion = version) =>
+      callPublishScript(topic, { text: 'staged', stampUs: Date.now() * 1000, staged: true, stagingKey, attachVersion, count }).then(
+        ({ reply }) => reply,
         (error: Error) => error,
       );
-    };
     const blockBefore = await ctx.redis.hget(data.state, 'block');
 
     t.same(await run(1, String(Number(version) + 1)), [-2], 'attachments changed: refused');
@@ -179,7 +162,7 @@ for (const target of redisTargets()) {
     t.same(await publish(['two', 'three']), ['2000', '2001'], 'stored after the stamp was refused');
     await ctx.redis.hincrby(data.state, 'attachVersion', 1); // attachments changed behind the broker's back
     t.same(await publish(['four']), ['3000'], 'stored after the attachments were read again');
-    const received = await pull(broker, 'retries');
+    const received = await pullNow(broker, 'retries');
     t.same(
       received.map((m) => [m.message.messageId, unb64(m.message.data)]),
       [['1000', 'one'], ['2000', 'two'], ['2001', 'three'], ['3000', 'four']],
@@ -202,10 +185,10 @@ for (const target of redisTargets()) {
     ctx.scripts.runStaged = runStaged;
     t.same([answer.status, answer.body.error?.status], [503, 'UNAVAILABLE'], 'UNAVAILABLE: the client publishes again');
     t.same(await scanKeys(ctx.redis, data.staging('*')), [], 'no staging key is left');
-    t.same(await pull(broker, 'missing'), [], 'nothing was stored');
+    t.same(await pullNow(broker, 'missing'), [], 'nothing was stored');
     const again = await broker.api('POST', `${P}/topics/missing:publish`, { messages: [{ data: b64('one') }, { data: b64('two') }] });
     t.equal(again.status, 200, 'publishing again succeeds');
-    t.same((await pull(broker, 'missing')).map((m) => unb64(m.message.data)), ['one', 'two']);
+    t.same((await pullNow(broker, 'missing')).map((m) => unb64(m.message.data)), ['one', 'two']);
   });
 
   t.test(`${target.name}: a publish of 1000 small messages in one call`, async (t) => {
@@ -217,10 +200,9 @@ for (const target of redisTargets()) {
     t.equal(published.status, 200);
     t.equal(published.body.messageIds.length, 1000);
     const received: string[] = [];
-    for (let more = true; more; ) {
+    for (;;) {
       const { body } = await broker.api('POST', `${P}/subscriptions/thousand:pull`, { maxMessages: 1000, returnImmediately: true });
-      more = Boolean(body.receivedMessages);
-      if (!more) break;
+      if (!body.receivedMessages) break;
       received.push(...body.receivedMessages.map((m: any) => unb64(m.message.data)));
       await broker.api('POST', `${P}/subscriptions/thousand:acknowledge`, { ackIds: body.receivedMessages.map((m: any) => m.ackId) });
     }

@@ -11,12 +11,11 @@
 //   - a broker that cannot produce an acceptable stamp answers UNAVAILABLE and stores nothing.
 import t, { type Test } from 'tap';
 import { redisTimeUs } from '../../src/broker/clock.ts';
-import { layoutMessage, packMessages, stampMessages, unpackMessage } from '../../src/broker/message-codec.ts';
-import type { BulkStrings } from '../../src/redis/binary-command.ts';
-import { parseResourceName } from '../../src/broker/names.ts';
-import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
+import { unpackMessage } from '../../src/broker/message-codec.ts';
 import { SEQS_PER_BLOCK } from '../../src/redis/keys.ts';
+import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
 import { redisTargets, storedBodies } from '../helpers/redis.ts';
+import { callPublishScript, pullNow, topicData } from '../helpers/topic.ts';
 
 const P = '/v1/projects/p';
 const HOUR_US = 3_600_000_000;
@@ -30,35 +29,16 @@ async function topicWithSubscription(t: Test, broker: TestBroker, id: string): P
   t.equal((await broker.api('PUT', `${P}/subscriptions/${id}`, { topic: `projects/p/topics/${id}` })).status, 200);
 }
 
-async function pullAll(broker: TestBroker, id: string): Promise<any[]> {
-  const { body } = await broker.api('POST', `${P}/subscriptions/${id}:pull`, { maxMessages: 100, returnImmediately: true });
-  return body.receivedMessages ?? [];
-}
-
 for (const target of redisTargets()) {
   for (const staged of [false, true]) {
     const how = staged ? 'staged bodies' : 'bodies in the call';
     t.test(`${target.name}, ${how}: the publish script stores a stamp within its window and refuses one outside`, async (t) => {
       const broker = await startBroker(t, { target, name: 'stamp-window' });
       await topicWithSubscription(t, broker, 'window');
-      const ctx = broker.app.broker.ctx;
-      const record = await broker.app.broker.topics.read(parseResourceName('topics', 'projects/p/topics/window'));
-      const data = ctx.keys.topicData(record.uid);
-      const attached = await ctx.redis.hgetall(data.attached);
-      const [uid] = Object.keys(attached);
-      const sub = data.subscription(uid);
-      const version = (await ctx.redis.hget(data.state, 'attachVersion')) ?? '0';
+      const topic = await topicData(broker, 'window');
+      const { ctx, data } = topic;
       const stagingKey = data.staging('stamp-window');
-      const publishAt = async (stampUs: number) => {
-        const packed = packMessages([layoutMessage(b64(`at ${stampUs}`))!], { asBlockFields: staged }) as BulkStrings;
-        stampMessages(packed, stampUs);
-        const keys = [data.state, data.bodies, data.refs, stagingKey, sub.ready, sub.keyed, sub.keyStates];
-        const args = ['', String(stampUs), version, ctx.keys.wakeChannel(record.uid), '', '0', '1'];
-        const reply = (await (staged
-          ? ctx.scripts.runStaged('publish', keys, args, stagingKey, packed)
-          : ctx.scripts.runEncoded('publish', keys, args, packed))) as number[];
-        return { reply, body: packed.at(0) };
-      };
+      const publishAt = (stampUs: number) => callPublishScript(topic, { text: `at ${stampUs}`, stampUs, staged, stagingKey });
 
       for (const offsetUs of [-HOUR_US, -10_500_000, 1_500_000, HOUR_US]) {
         const before = await redisTimeUs(ctx.redis);
@@ -81,7 +61,7 @@ for (const target of redisTargets()) {
         t.equal(await ctx.redis.ttl(data.bodyBlock(Math.floor(reply[1] / SEQS_PER_BLOCK))), -1, 'its body block does not expire');
       }
       t.equal(await ctx.redis.exists(stagingKey), 0, 'no staging key is left');
-      t.equal((await pullAll(broker, 'window')).length, 3, 'the three accepted messages are delivered');
+      t.equal((await pullNow(broker, 'window')).length, 3, 'the three accepted messages are delivered');
     });
   }
 
@@ -100,7 +80,7 @@ for (const target of redisTargets()) {
         const after = await redisTimeUs(ctx.redis);
         t.equal(status, 200, `publish ${round} succeeds`);
         t.equal(body.messageIds.length, 1);
-        const [received] = await pullAll(broker, 'stale');
+        const [received] = await pullNow(broker, 'stale');
         const publishedUs = timestampUs(received.message.publishTime);
         // A stamp may trail by how long the reply it was read from took to reach the broker
         // (clock.ts): a quarter of a second allows a busy test machine, and an hour off would show.
@@ -132,6 +112,6 @@ for (const target of redisTargets()) {
     t.equal(stamps.length, 3, 'three stamps were tried');
     t.ok(Number(stamps[1]) - Number(stamps[0]) > HOUR_US / 2, 'the second stamp came from the first refusal');
     t.ok(Number(stamps[2]) - Number(stamps[1]) > HOUR_US / 2, 'the third from the second');
-    t.same(await pullAll(broker, 'nostamp'), [], 'nothing was stored');
+    t.same(await pullNow(broker, 'nostamp'), [], 'nothing was stored');
   });
 }

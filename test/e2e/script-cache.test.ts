@@ -5,9 +5,9 @@
 // script was missing are taken over by the retry, so no staging key is left behind.
 
 import t from 'tap';
-import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
 import { masterNodes, redisTargets, scanKeys } from '../helpers/redis.ts';
+import { topicData } from '../helpers/topic.ts';
 
 for (const target of redisTargets()) {
   for (const staged of [false, true]) {
@@ -30,8 +30,7 @@ for (const target of redisTargets()) {
       const { body } = await broker.api('POST', '/v1/projects/p/subscriptions/cache:pull', { maxMessages: 10, returnImmediately: true });
       t.same(body.receivedMessages.map((m: any) => unb64(m.message.data)), ['before', 'after-1', 'after-2'], 'each message delivered once');
       t.same(body.receivedMessages.map((m: any) => m.message.messageId), [before, ...after], 'under the IDs the publishes answered');
-      const record = await broker.app.broker.topics.read(parseResourceName('topics', 'projects/p/topics/cache'));
-      const data = broker.app.broker.ctx.keys.topicData(record.uid);
+      const { data } = await topicData(broker, 'cache');
       t.same(await scanKeys(broker.redis, data.staging('*')), [], 'no staging key is left');
     });
   }

@@ -18,7 +18,7 @@ import { buildApp } from '../../src/app.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { STORAGE_FORMAT, claimStorageFormat } from '../../src/redis/storage-format.ts';
 import { jsonApi } from '../helpers/app.ts';
-import { startBrokerProcess } from '../helpers/processes.ts';
+import { startBrokerProcess, stopProcess } from '../helpers/processes.ts';
 import { redisTargets, scanKeys, testRedisUrl, uniquePrefix, type RedisClient } from '../helpers/redis.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
@@ -156,7 +156,8 @@ t.test('the broker process refuses a store of an earlier format before it listen
   await holdFormat1Messages(redis, keys, '0123456789abcdef');
   const started = startBrokerProcess({ REDIS_URL: testRedisUrl(), KEY_PREFIX: keys.prefix, LOG_LEVEL: 'info' });
   const error = await started.then(
-    () => undefined,
+    // Should it serve after all, it must not outlive the test.
+    (broker) => void t.teardown(() => stopProcess(broker.child, 'SIGTERM', 5_000)),
     (failure: Error) => failure,
   );
   t.ok(error, 'it never became ready');

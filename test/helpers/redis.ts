@@ -19,14 +19,13 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { SEQS_PER_BLOCK, type TopicKeys } from '../../src/redis/keys.ts';
+import { masterNodes, scanKeys as scanAllKeys } from '../../src/redis/nodes.ts';
 import { REDIS_HOST, clusterPorts, skipCluster, standalonePort } from '../setup/redis-config.ts';
 
 export type RedisClient = Redis | Cluster;
 
-/** The connections to every master: the client itself, or each master of a cluster. */
-export function masterNodes(redis: RedisClient): Redis[] {
-  return 'nodes' in redis ? redis.nodes('master') : [redis];
-}
+/** The connections to every master (the broker's own helper). */
+export { masterNodes };
 
 export interface RedisTarget {
   name: 'standalone' | 'cluster';
@@ -79,16 +78,7 @@ export function redisTargets(): RedisTarget[] {
 
 /** Every key of a Redis deployment matching a pattern (each master of a cluster), sorted. */
 export async function scanKeys(redis: RedisClient, pattern: string): Promise<string[]> {
-  const found: string[] = [];
-  for (const node of masterNodes(redis)) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      found.push(...keys);
-      cursor = next;
-    } while (cursor !== '0');
-  }
-  return found.sort();
+  return (await scanAllKeys(redis, pattern)).sort();
 }
 
 /**
