@@ -35,7 +35,11 @@ export const topicPath = (id: string) => `/v1/projects/${PROJECT}/topics/${id}`;
 export const subscriptionPath = (id: string) => `/v1/projects/${PROJECT}/subscriptions/${id}`;
 
 /** Creates a topic and its subscriptions (ack deadline 60 s, so nothing expires mid-run). */
-export async function createTopic(client: HttpClient, topicId: string, subscriptions: SubscriptionSpec[]): Promise<void> {
+export async function createTopic(
+  client: HttpClient,
+  topicId: string,
+  subscriptions: SubscriptionSpec[],
+): Promise<void> {
   await client.json('PUT', topicPath(topicId), {});
   for (const sub of subscriptions) {
     await client.json('PUT', subscriptionPath(sub.id), {
@@ -79,7 +83,8 @@ export async function publishWorkload(options: {
   const clients = Array.isArray(options.client) ? options.client : [options.client];
   const inFlightByKey = new Map<number, Promise<unknown>>();
   const requests = Math.ceil(options.messages / batch);
-  if (options.messages % batch !== 0) throw new Error(`message count ${options.messages} is not a multiple of ${batch}`);
+  if (options.messages % batch !== 0)
+    throw new Error(`message count ${options.messages} is not a multiple of ${batch}`);
   const path = `${topicPath(options.topicId)}:publish`;
   const latency = new Latency();
   let next = 0;
@@ -161,7 +166,8 @@ export async function pullAckWorkload(options: {
       if (response.status !== 200) {
         throw new Error(`pull -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
       }
-      const batch = (JSON.parse(response.body.toString()) as { receivedMessages?: PulledMessage[] }).receivedMessages ?? [];
+      const batch =
+        (JSON.parse(response.body.toString()) as { receivedMessages?: PulledMessage[] }).receivedMessages ?? [];
       if (batch.length === 0) {
         // Others hold the rest (leased, not yet acked) or it is all gone.
         emptyPulls++;
@@ -174,14 +180,17 @@ export async function pullAckWorkload(options: {
       const ackStarted = performance.now();
       const ack = await client.request('POST', ackPath, ackBody);
       ackLatency.since(ackStarted);
-      if (ack.status !== 200) throw new Error(`acknowledge -> HTTP ${ack.status}: ${ack.body.toString().slice(0, 300)}`);
+      if (ack.status !== 200)
+        throw new Error(`acknowledge -> HTTP ${ack.status}: ${ack.body.toString().slice(0, 300)}`);
       acked += batch.length;
     }
   });
   if (acked !== options.messages) {
     throw new Error(`${options.workload}: acked ${acked} messages, expected exactly ${options.messages}`);
   }
-  const after = (await client.json('POST', pullPath, { maxMessages: 10, returnImmediately: true })) as { receivedMessages?: unknown[] };
+  const after = (await client.json('POST', pullPath, { maxMessages: 10, returnImmediately: true })) as {
+    receivedMessages?: unknown[];
+  };
   if (after.receivedMessages?.length) throw new Error(`${options.workload}: the backlog was not empty after the run`);
   return {
     workload: options.workload,
@@ -189,7 +198,11 @@ export async function pullAckWorkload(options: {
     seconds,
     msgPerSec: acked / seconds,
     latency: { pull: pullLatency.summary(), ack: ackLatency.summary() },
-    notes: { pulls, emptyPulls, avgMessagesPerPull: Math.round((received / Math.max(1, pulls - emptyPulls)) * 10) / 10 },
+    notes: {
+      pulls,
+      emptyPulls,
+      avgMessagesPerPull: Math.round((received / Math.max(1, pulls - emptyPulls)) * 10) / 10,
+    },
   };
 }
 
@@ -338,7 +351,8 @@ async function dataKeyUsage(
   const data = keys.topicData((JSON.parse(topicJson) as { uid: string }).uid);
   const usage: Record<string, number> = { bodies: 0 };
   for await (const blockKeys of admin.scanStream({ match: `${data.bodies}*`, count: 1000 })) {
-    for (const key of blockKeys as string[]) usage.bodies += Number((await admin.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
+    for (const key of blockKeys as string[])
+      usage.bodies += Number((await admin.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
   }
   const named: Record<string, string> = { refs: data.refs };
   for (const [i, id] of subscriptionIds.entries()) {

@@ -36,11 +36,7 @@ interface AddOptions {
  * the broker's publishers; jobs are removed on completion (the counterpart of an acked message).
  * Returns the seconds it took.
  */
-function addJobs(
-  queue: Queue,
-  options: AddOptions,
-  latency: Latency,
-): Promise<number> {
+function addJobs(queue: Queue, options: AddOptions, latency: Latency): Promise<number> {
   const batches = Math.ceil(options.messages / options.batch);
   let next = 0;
   let payloadIndex = 0;
@@ -68,7 +64,8 @@ export async function bullmqAddWorkload(options: AddOptions): Promise<Throughput
     const latency = new Latency();
     const seconds = await addJobs(queue, options, latency);
     const waiting = await queue.getWaitingCount();
-    if (waiting < options.messages) throw new Error(`${options.workload}: only ${waiting} jobs are waiting after adding ${options.messages}`);
+    if (waiting < options.messages)
+      throw new Error(`${options.workload}: only ${waiting} jobs are waiting after adding ${options.messages}`);
     return {
       workload: options.workload,
       messages: options.messages,
@@ -111,7 +108,8 @@ export async function bullmqProcessWorkload(options: {
   try {
     const timedOut = await Promise.race([finished.then(() => false), unrefSleep(options.timeoutMs).then(() => true)]);
     const seconds = (performance.now() - started) / 1000;
-    if (timedOut) throw new Error(`${options.workload}: timed out with ${completed}/${options.messages} jobs completed`);
+    if (timedOut)
+      throw new Error(`${options.workload}: timed out with ${completed}/${options.messages} jobs completed`);
     if (failed > 0) throw new Error(`${options.workload}: ${failed} jobs failed`);
     return {
       workload: options.workload,
@@ -171,7 +169,8 @@ export async function bullmqEndToEndWorkload(
       finished.then(() => false),
       unrefSleep(Math.max(0, options.timeoutMs - (performance.now() - started))).then(() => true),
     ]);
-    if (timedOut) throw new Error(`${options.workload}: timed out with ${completed}/${options.messages} jobs completed`);
+    if (timedOut)
+      throw new Error(`${options.workload}: timed out with ${completed}/${options.messages} jobs completed`);
     if (failed > 0) throw new Error(`${options.workload}: ${failed} jobs failed`);
     const seconds = (lastCompletedAt - started) / 1000;
     return {

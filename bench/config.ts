@@ -24,7 +24,17 @@
  *                           < 10% of the CPU (default 30; 0 = never wait)
  *   BENCH_RESULTS           where to write the JSON results (default bench/results/latest.json)
  */
-export const WORKLOAD_NAMES = ['publish', 'pull', 'eo', 'publish2', 'memory', 'bullmq', 'ordered', 'streaming', 'regions'] as const;
+export const WORKLOAD_NAMES = [
+  'publish',
+  'pull',
+  'eo',
+  'publish2',
+  'memory',
+  'bullmq',
+  'ordered',
+  'streaming',
+  'regions',
+] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
 export interface BenchConfig {
@@ -62,7 +72,10 @@ function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min
 }
 
 export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
-  const onlyRaw = (env.BENCH_ONLY ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const onlyRaw = (env.BENCH_ONLY ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const name of onlyRaw) {
     if (!(WORKLOAD_NAMES as readonly string[]).includes(name)) {
       throw new Error(`BENCH_ONLY: unknown workload "${name}" (known: ${WORKLOAD_NAMES.join(', ')})`);

@@ -36,7 +36,9 @@ for (const arg of process.argv.slice(2)) {
 }
 const [file, topArg, filterArg] = positional;
 if (!file) {
-  process.stderr.write('usage: bench/cpuprofile-summary.ts FILE.cpuprofile [top] [stack-filter] [--phase=NAME] [--results=FILE]\n');
+  process.stderr.write(
+    'usage: bench/cpuprofile-summary.ts FILE.cpuprofile [top] [stack-filter] [--phase=NAME] [--results=FILE]\n',
+  );
   process.exit(1);
 }
 /** [start, end] in monotonic microseconds, from --phase and the results JSON. */
@@ -44,10 +46,16 @@ let windowUs: [number, number] | undefined;
 const phase = flags.get('phase');
 if (phase !== undefined) {
   const resultsFile = flags.get('results') ?? 'bench/results/latest.json';
-  const cpu = (JSON.parse(fs.readFileSync(resultsFile, 'utf8')) as { cpu: Record<string, { monoStartUs?: number; monoEndUs?: number }> }).cpu;
+  const cpu = (
+    JSON.parse(fs.readFileSync(resultsFile, 'utf8')) as {
+      cpu: Record<string, { monoStartUs?: number; monoEndUs?: number }>;
+    }
+  ).cpu;
   const entry = cpu[phase];
   if (entry?.monoStartUs === undefined || entry.monoEndUs === undefined) {
-    process.stderr.write(`no phase "${phase}" with a time window in ${resultsFile}; phases: ${Object.keys(cpu).join(', ')}\n`);
+    process.stderr.write(
+      `no phase "${phase}" with a time window in ${resultsFile}; phases: ${Object.keys(cpu).join(', ')}\n`,
+    );
     process.exit(1);
   }
   windowUs = [entry.monoStartUs, entry.monoEndUs];
@@ -68,7 +76,8 @@ const sampleTimes: number[] = [];
 const inWindow = (i: number) => !windowUs || (sampleTimes[i] >= windowUs[0] && sampleTimes[i] <= windowUs[1]);
 const kept = (id: number) => {
   if (!filter) return true;
-  for (let n: number | undefined = id; n !== undefined; n = parent.get(n)) if (filter.test(frameKey(byId.get(n)!))) return true;
+  for (let n: number | undefined = id; n !== undefined; n = parent.get(n))
+    if (filter.test(frameKey(byId.get(n)!))) return true;
   return false;
 };
 
@@ -125,7 +134,9 @@ const print = (title: string, map: Map<string, number>, n: number) => {
   }
 };
 if (windowUs) process.stdout.write(`phase "${phase}": ${((windowUs[1] - windowUs[0]) / 1e6).toFixed(2)} s\n`);
-process.stdout.write(`profile ${secs(totalUs)} sampled, idle ${secs(idleUs)}, busy ${secs(busyUs)} (percentages of busy)\n`);
+process.stdout.write(
+  `profile ${secs(totalUs)} sampled, idle ${secs(idleUs)}, busy ${secs(busyUs)} (percentages of busy)\n`,
+);
 print('self time by package / file', byWhere, top);
 print('self time by function', byFunction, top);
 print('inclusive time by function', inclusive, top);

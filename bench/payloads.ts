@@ -31,7 +31,12 @@ export class OrderedBodies {
   private readonly width: number;
   private readonly templates: { buffer: Buffer; offsets: number[] }[];
 
-  constructor(count: number, batch: number, bytes: number, readonly keys: number) {
+  constructor(
+    count: number,
+    batch: number,
+    bytes: number,
+    readonly keys: number,
+  ) {
     this.width = Math.max(4, String(keys - 1).length);
     const placeholder = '0'.repeat(this.width);
     this.templates = Array.from({ length: count }, () => {

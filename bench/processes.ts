@@ -64,7 +64,10 @@ async function stopChild(child: ChildProcess, graceMs: number): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.kill('SIGTERM');
-  const timedOut = await Promise.race([exited.then(() => false), sleep(graceMs, undefined, { ref: false }).then(() => true)]);
+  const timedOut = await Promise.race([
+    exited.then(() => false),
+    sleep(graceMs, undefined, { ref: false }).then(() => true),
+  ]);
   if (timedOut) {
     child.kill('SIGKILL');
     await exited;
@@ -92,11 +95,18 @@ export function freePort(): Promise<number> {
   });
 }
 
-async function waitUntil(what: string, timeoutMs: number, child: ChildProcess, check: () => Promise<boolean>): Promise<void> {
+async function waitUntil(
+  what: string,
+  timeoutMs: number,
+  child: ChildProcess,
+  check: () => Promise<boolean>,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null) {
-      throw new Error(`${what}: the process exited (code ${child.exitCode}, signal ${child.signalCode}) before it was ready`);
+      throw new Error(
+        `${what}: the process exited (code ${child.exitCode}, signal ${child.signalCode}) before it was ready`,
+      );
     }
     if (await check().catch(() => false)) return;
     if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms`);
@@ -142,16 +152,26 @@ export async function startRedis(binary: string): Promise<RedisServer> {
   const dir = makeTempDir('pubsub-bench-redis-');
   const port = await freePort();
   const args = [
-    '--port', String(port),
-    '--bind', HOST,
-    '--dir', dir,
-    '--appendonly', 'yes',
-    '--appendfsync', 'everysec',
-    '--save', '',
-    '--daemonize', 'no',
-    '--logfile', path.join(dir, 'redis.log'),
-    '--slowlog-log-slower-than', '10000',
-    '--slowlog-max-len', '256',
+    '--port',
+    String(port),
+    '--bind',
+    HOST,
+    '--dir',
+    dir,
+    '--appendonly',
+    'yes',
+    '--appendfsync',
+    'everysec',
+    '--save',
+    '',
+    '--daemonize',
+    'no',
+    '--logfile',
+    path.join(dir, 'redis.log'),
+    '--slowlog-log-slower-than',
+    '10000',
+    '--slowlog-max-len',
+    '256',
   ];
   const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   children.add(child);
@@ -225,7 +245,10 @@ export async function startBroker(options: {
     KEY_PREFIX: options.keyPrefix,
     LOG_LEVEL: 'warn',
     ...(options.regions
-      ? { REGION: options.regions.local, REGIONS: options.regions.all.map((region) => `${region.name}=${region.redisUrl}`).join(',') }
+      ? {
+          REGION: options.regions.local,
+          REGIONS: options.regions.all.map((region) => `${region.name}=${region.redisUrl}`).join(','),
+        }
       : {}),
   };
   // A compiled entry (.js/.mjs) runs without the tsx loader, to compare with a production build.

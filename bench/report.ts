@@ -92,7 +92,8 @@ const BARS = {
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
-const ratio = (a?: number, b?: number) => (a !== undefined && b !== undefined && b > 0 ? Math.round((a / b) * 100) / 100 : null);
+const ratio = (a?: number, b?: number) =>
+  a !== undefined && b !== undefined && b > 0 ? Math.round((a / b) * 100) / 100 : null;
 
 export function computeRatios(results: BenchResults): void {
   const add = rate(results, KEYS.bullAdd);
@@ -102,7 +103,10 @@ export function computeRatios(results: BenchResults): void {
     'pull+ack / BullMQ process': ratio(rate(results, KEYS.pull), processRate),
     'exactly-once pull+ack / BullMQ process': ratio(rate(results, KEYS.pullEo), processRate),
     'ordered pull+ack / pull+ack': ratio(rate(results, KEYS.pullOrdered), rate(results, KEYS.pull)),
-    'ordered exactly-once pull+ack / exactly-once pull+ack': ratio(rate(results, KEYS.pullOrderedEo), rate(results, KEYS.pullEo)),
+    'ordered exactly-once pull+ack / exactly-once pull+ack': ratio(
+      rate(results, KEYS.pullOrderedEo),
+      rate(results, KEYS.pullEo),
+    ),
     'streaming end-to-end / BullMQ end-to-end': ratio(rate(results, KEYS.streamE2e), rate(results, KEYS.bullE2e)),
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
@@ -123,18 +127,49 @@ export function computeBars(results: BenchResults): void {
     phases: string[] = [],
   ) => {
     if (value === undefined || value === null) bars.push({ name, target: targetText, actual: '-', status: 'SKIP' });
-    else bars.push({ name, target: targetText, actual: show(value) + mark(phases), status: value >= target ? 'PASS' : 'FAIL' });
+    else
+      bars.push({
+        name,
+        target: targetText,
+        actual: show(value) + mark(phases),
+        status: value >= target ? 'PASS' : 'FAIL',
+      });
   };
-  const below = (name: string, value: number | undefined, target: number, show: (n: number) => string, targetText: string, orEqual = false, phases: string[] = []) => {
-    if (value === undefined || !Number.isFinite(value)) bars.push({ name, target: targetText, actual: '-', status: 'SKIP' });
-    else bars.push({ name, target: targetText, actual: show(value) + mark(phases), status: value < target || (orEqual && value === target) ? 'PASS' : 'FAIL' });
+  const below = (
+    name: string,
+    value: number | undefined,
+    target: number,
+    show: (n: number) => string,
+    targetText: string,
+    orEqual = false,
+    phases: string[] = [],
+  ) => {
+    if (value === undefined || !Number.isFinite(value))
+      bars.push({ name, target: targetText, actual: '-', status: 'SKIP' });
+    else
+      bars.push({
+        name,
+        target: targetText,
+        actual: show(value) + mark(phases),
+        status: value < target || (orEqual && value === target) ? 'PASS' : 'FAIL',
+      });
   };
   const times = (n: number) => `${n.toFixed(2)}x`;
-  atLeast('publish throughput (1 sub)', rate(results, KEYS.publish), BARS.publish, fmtRate, '>= 40,000 msg/s', [KEYS.publish]);
-  atLeast('publish vs BullMQ addBulk', results.ratios['publish / BullMQ add'], BARS.ratio, times, '>= 3x', [KEYS.publish, KEYS.bullAdd]);
+  atLeast('publish throughput (1 sub)', rate(results, KEYS.publish), BARS.publish, fmtRate, '>= 40,000 msg/s', [
+    KEYS.publish,
+  ]);
+  atLeast('publish vs BullMQ addBulk', results.ratios['publish / BullMQ add'], BARS.ratio, times, '>= 3x', [
+    KEYS.publish,
+    KEYS.bullAdd,
+  ]);
   atLeast('pull+ack throughput', rate(results, KEYS.pull), BARS.pull, fmtRate, '>= 25,000 msg/s', [KEYS.pull]);
-  atLeast('pull+ack vs BullMQ process', results.ratios['pull+ack / BullMQ process'], BARS.ratio, times, '>= 3x', [KEYS.pull, KEYS.bullProcess]);
-  atLeast('exactly-once pull+ack throughput', rate(results, KEYS.pullEo), BARS.pullEo, fmtRate, '>= 15,000 msg/s', [KEYS.pullEo]);
+  atLeast('pull+ack vs BullMQ process', results.ratios['pull+ack / BullMQ process'], BARS.ratio, times, '>= 3x', [
+    KEYS.pull,
+    KEYS.bullProcess,
+  ]);
+  atLeast('exactly-once pull+ack throughput', rate(results, KEYS.pullEo), BARS.pullEo, fmtRate, '>= 15,000 msg/s', [
+    KEYS.pullEo,
+  ]);
   atLeast(
     'exactly-once pull+ack vs BullMQ process',
     results.ratios['exactly-once pull+ack / BullMQ process'],
@@ -159,7 +194,14 @@ export function computeBars(results: BenchResults): void {
     '>= 0.50x',
     [KEYS.pullOrderedEo, KEYS.pullEo],
   );
-  atLeast('streaming end-to-end throughput', rate(results, KEYS.streamE2e), BARS.streamE2e, fmtRate, '>= 20,000 msg/s', [KEYS.streamE2e]);
+  atLeast(
+    'streaming end-to-end throughput',
+    rate(results, KEYS.streamE2e),
+    BARS.streamE2e,
+    fmtRate,
+    '>= 20,000 msg/s',
+    [KEYS.streamE2e],
+  );
   const paced = results.workloads[KEYS.streamLatency];
   const pacedRate = Number(paced?.notes?.targetMsgPerSec ?? 5000).toLocaleString('en-US');
   below(
@@ -224,7 +266,10 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pull]: fmtRatio(results.ratios['pull+ack / BullMQ process'], 'BullMQ'),
     [KEYS.pullEo]: fmtRatio(results.ratios['exactly-once pull+ack / BullMQ process'], 'BullMQ'),
     [KEYS.pullOrdered]: fmtRatio(results.ratios['ordered pull+ack / pull+ack'], 'unordered'),
-    [KEYS.pullOrderedEo]: fmtRatio(results.ratios['ordered exactly-once pull+ack / exactly-once pull+ack'], 'unordered'),
+    [KEYS.pullOrderedEo]: fmtRatio(
+      results.ratios['ordered exactly-once pull+ack / exactly-once pull+ack'],
+      'unordered',
+    ),
     [KEYS.streamE2e]: fmtRatio(results.ratios['streaming end-to-end / BullMQ end-to-end'], 'BullMQ'),
     [KEYS.publishRegions]: fmtRatio(results.ratios['publish (2 regions) / publish (1 sub)'], 'single-region'),
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
@@ -249,10 +294,25 @@ export function renderReport(results: BenchResults): string {
     });
   }
   out.push('Throughput ([kind] = which request the latency is for; "!" = disturbed by other processes, see below)');
-  out.push(table(['workload', 'msg/s', 'p50 ms', 'p99 ms', 'max ms', 'vs'], rows, [false, true, true, true, true, false]));
-  const notes = [KEYS.pullOrdered, KEYS.pullOrderedEo, KEYS.streamE2e, KEYS.streamLatency, KEYS.bullE2e, KEYS.publishRegions, KEYS.pullRegions]
+  out.push(
+    table(['workload', 'msg/s', 'p50 ms', 'p99 ms', 'max ms', 'vs'], rows, [false, true, true, true, true, false]),
+  );
+  const notes = [
+    KEYS.pullOrdered,
+    KEYS.pullOrderedEo,
+    KEYS.streamE2e,
+    KEYS.streamLatency,
+    KEYS.bullE2e,
+    KEYS.publishRegions,
+    KEYS.pullRegions,
+  ]
     .filter((key) => results.workloads[key]?.notes)
-    .map((key) => `  ${key}: ${Object.entries(results.workloads[key].notes!).map(([k, v]) => `${k} ${typeof v === 'number' ? v.toLocaleString('en-US') : v}`).join(', ')}`);
+    .map(
+      (key) =>
+        `  ${key}: ${Object.entries(results.workloads[key].notes!)
+          .map(([k, v]) => `${k} ${typeof v === 'number' ? v.toLocaleString('en-US') : v}`)
+          .join(', ')}`,
+    );
   if (notes.length) out.push(...notes);
 
   if (results.memory) {
@@ -295,7 +355,12 @@ export function renderReport(results: BenchResults): string {
       ),
     );
     for (const [phase, c] of Object.entries(results.cpu)) {
-      if (c.cpuByProcess) out.push(`  ${phase}: ${Object.entries(c.cpuByProcess).map(([name, seconds]) => `${name} ${seconds.toFixed(2)}`).join(', ')}`);
+      if (c.cpuByProcess)
+        out.push(
+          `  ${phase}: ${Object.entries(c.cpuByProcess)
+            .map(([name, seconds]) => `${name} ${seconds.toFixed(2)}`)
+            .join(', ')}`,
+        );
     }
     out.push(
       `  ("other" = busy CPU of other processes during the phase; "!" = over ${DISTURBED_SHARE * 100}% of all cores: that phase's figures are depressed)`,
@@ -314,9 +379,13 @@ export function renderReport(results: BenchResults): string {
           `during "${peakPhase}", ${mib(b.maxRssBytesPerPhase['idle after start'] ?? 0)} idle after start, ${b.rssSamples} samples; ` +
           `Redis max RSS ${mib(results.redis.maxRssBytes)}`,
   );
-  const disturbed = Object.entries(results.cpu).filter(([, c]) => c.disturbed).map(([phase]) => phase);
+  const disturbed = Object.entries(results.cpu)
+    .filter(([, c]) => c.disturbed)
+    .map(([phase]) => phase);
   if (disturbed.length) {
-    out.push(`WARNING: other processes competed for the CPU during: ${disturbed.join('; ')}. Re-run on a quiet machine.`);
+    out.push(
+      `WARNING: other processes competed for the CPU during: ${disturbed.join('; ')}. Re-run on a quiet machine.`,
+    );
   }
   out.push('');
   out.push('Bars');

@@ -132,8 +132,13 @@ function parseCommandstats(infos: string[]): PhaseCpu['redisCommands'] {
       entry.usec += Number(match[3]);
     }
   }
-  for (const entry of Object.values(stats)) entry.usecPerCall = Math.round((entry.usec / Math.max(1, entry.calls)) * 100) / 100;
-  return Object.fromEntries(Object.entries(stats).sort((a, b) => b[1].usec - a[1].usec).slice(0, 8));
+  for (const entry of Object.values(stats))
+    entry.usecPerCall = Math.round((entry.usec / Math.max(1, entry.calls)) * 100) / 100;
+  return Object.fromEntries(
+    Object.entries(stats)
+      .sort((a, b) => b[1].usec - a[1].usec)
+      .slice(0, 8),
+  );
 }
 
 /** The broker and Redis processes a phase runs on: the single-region pair, or one of each per region. */
@@ -146,8 +151,14 @@ interface Deployment {
 /** The commit under test, "+dirty" when src/ or routes/ have uncommitted changes. */
 function gitDescribe(): string | undefined {
   try {
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'routes'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'] })
+      .toString()
+      .trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'routes'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    })
+      .toString()
+      .trim();
     return dirty ? `${commit}+dirty` : commit;
   } catch {
     return undefined;
@@ -248,7 +259,8 @@ async function main(): Promise<void> {
         const waitStarted = Date.now();
         const share = await waitForQuiet(config.quietWaitMs, ownCpu);
         const waited = ((Date.now() - waitStarted) / 1000).toFixed(0);
-        if (share >= DISTURBED_SHARE) log(`other processes still use ${(share * 100).toFixed(0)}% of the CPU after ${waited} s; measuring anyway`);
+        if (share >= DISTURBED_SHARE)
+          log(`other processes still use ${(share * 100).toFixed(0)}% of the CPU after ${waited} s; measuring anyway`);
         else if (Date.now() - waitStarted > 1500) log(`waited ${waited} s for other processes to quiet down`);
       }
       log(`${phase}...`);
@@ -265,7 +277,8 @@ async function main(): Promise<void> {
       const value = await fn();
       const monoEndUs = Number(process.hrtime.bigint() / 1000n);
       const used = processes.map(({ pid }, i) => processCpuSeconds(pid) - before.processes[i]);
-      const sumOf = (kind: 'broker' | 'redis') => processes.reduce((sum, { kind: k }, i) => sum + (k === kind ? used[i] : 0), 0);
+      const sumOf = (kind: 'broker' | 'redis') =>
+        processes.reduce((sum, { kind: k }, i) => sum + (k === kind ? used[i] : 0), 0);
       const clientCpu = clientCpuSeconds() - before.client;
       const wallSeconds = (performance.now() - before.wall) / 1000;
       const otherCpuSeconds = Math.max(0, machineBusySeconds() - before.machine - (ownCpu() - before.own));
@@ -278,9 +291,15 @@ async function main(): Promise<void> {
         disturbed: otherCpuSeconds > DISTURBED_SHARE * os.cpus().length * wallSeconds,
         monoStartUs,
         monoEndUs,
-        redisCommands: parseCommandstats(await Promise.all(admins.map((redisAdmin) => redisAdmin.info('commandstats')))),
+        redisCommands: parseCommandstats(
+          await Promise.all(admins.map((redisAdmin) => redisAdmin.info('commandstats'))),
+        ),
         ...(processes.length > 2
-          ? { cpuByProcess: Object.fromEntries(processes.map(({ kind, name }, i) => [`${kind} ${name}`, Math.round(used[i] * 100) / 100])) }
+          ? {
+              cpuByProcess: Object.fromEntries(
+                processes.map(({ kind, name }, i) => [`${kind} ${name}`, Math.round(used[i] * 100) / 100]),
+              ),
+            }
           : {}),
       };
       brokerRss!.phase('between phases');
@@ -290,22 +309,46 @@ async function main(): Promise<void> {
       results.workloads[key] = { ...result, workload: key };
       log(`  ${key}: ${Math.round(result.msgPerSec).toLocaleString('en-US')} msg/s in ${result.seconds.toFixed(2)} s`);
     };
-    const roundToBatch = (count: number) => Math.max(config.publishBatch, Math.ceil(count / config.publishBatch) * config.publishBatch);
+    const roundToBatch = (count: number) =>
+      Math.max(config.publishBatch, Math.ceil(count / config.publishBatch) * config.publishBatch);
     const messages = roundToBatch(n);
 
-    const publishAndDrain = async (topicId: string, subscriptionId: string, exactlyOnce: boolean, publishKey: string, pullKey: string | undefined) => {
+    const publishAndDrain = async (
+      topicId: string,
+      subscriptionId: string,
+      exactlyOnce: boolean,
+      publishKey: string,
+      pullKey: string | undefined,
+    ) => {
       await createTopic(client, topicId, [{ id: subscriptionId, exactlyOnce }]);
       record(
         publishKey,
         await measure(publishKey, () =>
-          publishWorkload({ workload: publishKey, client, topicId, messages, batch: config.publishBatch, concurrency: c, bodies, timeoutMs: config.timeoutMs }),
+          publishWorkload({
+            workload: publishKey,
+            client,
+            topicId,
+            messages,
+            batch: config.publishBatch,
+            concurrency: c,
+            bodies,
+            timeoutMs: config.timeoutMs,
+          }),
         ),
       );
       if (!pullKey) return;
       record(
         pullKey,
         await measure(pullKey, () =>
-          pullAckWorkload({ workload: pullKey, client, subscriptionId, messages, maxMessages: config.pullMax, concurrency: c, timeoutMs: config.timeoutMs }),
+          pullAckWorkload({
+            workload: pullKey,
+            client,
+            subscriptionId,
+            messages,
+            maxMessages: config.pullMax,
+            concurrency: c,
+            timeoutMs: config.timeoutMs,
+          }),
         ),
       );
     };
@@ -317,7 +360,12 @@ async function main(): Promise<void> {
      */
     const K = config.orderingKeys;
     const orderedBodies = new OrderedBodies(64, config.publishBatch, config.dataBytes, K);
-    const orderedPublishAndDrain = async (topicId: string, exactlyOnce: boolean, count: number, keys?: { publish: string; pull: string }) => {
+    const orderedPublishAndDrain = async (
+      topicId: string,
+      exactlyOnce: boolean,
+      count: number,
+      keys?: { publish: string; pull: string },
+    ) => {
       await createTopic(client, topicId, [{ id: topicId, exactlyOnce, ordered: true }]);
       const checker = new OrderChecker();
       // Round-robin: with fewer requests than keys, only the first keys get messages.
@@ -348,7 +396,10 @@ async function main(): Promise<void> {
           timeoutMs: config.timeoutMs,
           onBatch: (batch) => checker.check(batch),
         });
-        if (checker.violations > 0) throw new Error(`${workload}: ${checker.violations} deliveries out of order; first: ${checker.firstViolation}`);
+        if (checker.violations > 0)
+          throw new Error(
+            `${workload}: ${checker.violations} deliveries out of order; first: ${checker.firstViolation}`,
+          );
         result.notes = { ...result.notes, orderingKeys: keysUsed, orderViolations: checker.violations };
         return result;
       };
@@ -429,7 +480,9 @@ async function main(): Promise<void> {
         }
       };
       const byRegion = (what: string, counts: Map<string, number>) =>
-        Object.fromEntries([...counts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([region, n]) => [`${what} ${region}`, n]));
+        Object.fromEntries(
+          [...counts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([region, n]) => [`${what} ${region}`, n]),
+        );
       const publish = () =>
         publishWorkload({
           workload: measured?.publish ?? 'warm-up (regions)',
@@ -451,7 +504,11 @@ async function main(): Promise<void> {
           maxMessages: config.pullMax,
           concurrency: c,
           timeoutMs: config.timeoutMs,
-          onBatch: (batch) => tally(pulled, batch.map(({ message }) => message.messageId)),
+          onBatch: (batch) =>
+            tally(
+              pulled,
+              batch.map(({ message }) => message.messageId),
+            ),
         });
       if (measured) {
         const published = await measure(measured.publish, publish, measured.on);
@@ -496,7 +553,9 @@ async function main(): Promise<void> {
           ownPids.push(regionBroker.pid);
         }
         const endpoints = brokers.map((regionBroker) => new HttpClient(regionBroker.baseUrl, c + 2));
-        onCleanup(() => endpoints.forEach((endpoint) => endpoint.close()));
+        onCleanup(() => {
+          for (const endpoint of endpoints) endpoint.close();
+        });
         if (config.warmupMessages > 0) {
           const warm = roundToBatch(config.warmupMessages);
           log(`warm-up regions (${warm} messages)...`);
@@ -506,7 +565,11 @@ async function main(): Promise<void> {
           brokers: Object.fromEntries(REGION_NAMES.map((name, i) => [name, brokers[i].pid])),
           redis: Object.fromEntries(REGION_NAMES.map((name, i) => [name, servers[i]])),
         };
-        await regionsPublishAndDrain(endpoints, 'bench-regions', messages, { publish: KEYS.publishRegions, pull: KEYS.pullRegions, on });
+        await regionsPublishAndDrain(endpoints, 'bench-regions', messages, {
+          publish: KEYS.publishRegions,
+          pull: KEYS.pullRegions,
+          on,
+        });
       } finally {
         await Promise.all(brokers.map((regionBroker) => regionBroker.stop().catch(() => {})));
       }
@@ -518,9 +581,26 @@ async function main(): Promise<void> {
       log(`warm-up (${warm} messages)...`);
       brokerRss.phase('warm-up');
       await createTopic(client, 'warmup', [{ id: 'warmup' }, { id: 'warmup-eo', exactlyOnce: true }]);
-      await publishWorkload({ workload: 'warm-up', client, topicId: 'warmup', messages: warm, batch: config.publishBatch, concurrency: c, bodies, timeoutMs: config.timeoutMs });
+      await publishWorkload({
+        workload: 'warm-up',
+        client,
+        topicId: 'warmup',
+        messages: warm,
+        batch: config.publishBatch,
+        concurrency: c,
+        bodies,
+        timeoutMs: config.timeoutMs,
+      });
       for (const id of ['warmup', 'warmup-eo']) {
-        await pullAckWorkload({ workload: 'warm-up', client, subscriptionId: id, messages: warm, maxMessages: config.pullMax, concurrency: c, timeoutMs: config.timeoutMs });
+        await pullAckWorkload({
+          workload: 'warm-up',
+          client,
+          subscriptionId: id,
+          messages: warm,
+          maxMessages: config.pullMax,
+          concurrency: c,
+          timeoutMs: config.timeoutMs,
+        });
       }
       await deleteTopic(client, 'warmup', ['warmup', 'warmup-eo']);
       if (runs('ordered')) {
@@ -535,26 +615,45 @@ async function main(): Promise<void> {
       }
     }
 
-    if (runs('publish') || runs('pull')) await publishAndDrain('bench-1sub', 'bench-1sub', false, KEYS.publish, runs('pull') ? KEYS.pull : undefined);
+    if (runs('publish') || runs('pull'))
+      await publishAndDrain('bench-1sub', 'bench-1sub', false, KEYS.publish, runs('pull') ? KEYS.pull : undefined);
     // Right after the single-region pull+ack, which its bar compares with.
     if (runs('regions')) await regionsWorkload();
     if (runs('eo')) await publishAndDrain('bench-eo', 'bench-eo', true, KEYS.publishEo, KEYS.pullEo);
     if (runs('ordered')) {
-      await orderedPublishAndDrain('bench-ordered', false, messages, { publish: KEYS.publishOrdered, pull: KEYS.pullOrdered });
-      await orderedPublishAndDrain('bench-ordered-eo', true, messages, { publish: KEYS.publishOrderedEo, pull: KEYS.pullOrderedEo });
+      await orderedPublishAndDrain('bench-ordered', false, messages, {
+        publish: KEYS.publishOrdered,
+        pull: KEYS.pullOrdered,
+      });
+      await orderedPublishAndDrain('bench-ordered-eo', true, messages, {
+        publish: KEYS.publishOrderedEo,
+        pull: KEYS.pullOrderedEo,
+      });
     }
     if (runs('publish2')) {
       await createTopic(client, 'bench-2subs', [{ id: 'bench-2subs-a' }, { id: 'bench-2subs-b' }]);
       record(
         KEYS.publish2,
         await measure(KEYS.publish2, () =>
-          publishWorkload({ workload: KEYS.publish2, client, topicId: 'bench-2subs', messages, batch: config.publishBatch, concurrency: c, bodies, timeoutMs: config.timeoutMs }),
+          publishWorkload({
+            workload: KEYS.publish2,
+            client,
+            topicId: 'bench-2subs',
+            messages,
+            batch: config.publishBatch,
+            concurrency: c,
+            bodies,
+            timeoutMs: config.timeoutMs,
+          }),
         ),
       );
       await deleteTopic(client, 'bench-2subs', ['bench-2subs-a', 'bench-2subs-b']);
     }
     if (runs('streaming')) {
-      record(KEYS.streamE2e, await measure(KEYS.streamE2e, () => streamingThroughput(KEYS.streamE2e, 'bench-stream', messages)));
+      record(
+        KEYS.streamE2e,
+        await measure(KEYS.streamE2e, () => streamingThroughput(KEYS.streamE2e, 'bench-stream', messages)),
+      );
       await createTopic(client, 'bench-stream-paced', [{ id: 'bench-stream-paced' }]);
       record(
         KEYS.streamLatency,
@@ -606,19 +705,51 @@ async function main(): Promise<void> {
       if (config.warmupMessages > 0) {
         const warm = roundToBatch(config.warmupMessages);
         log(`BullMQ warm-up (${warm} jobs)...`);
-        await bullmqAddWorkload({ workload: 'warm-up', target, queueName: 'warmup', messages: warm, batch: config.publishBatch, concurrency: c, payloads, timeoutMs: config.timeoutMs });
-        await bullmqProcessWorkload({ workload: 'warm-up', target, queueName: 'warmup', messages: warm, concurrency: config.bullmqConcurrency, timeoutMs: config.timeoutMs });
+        await bullmqAddWorkload({
+          workload: 'warm-up',
+          target,
+          queueName: 'warmup',
+          messages: warm,
+          batch: config.publishBatch,
+          concurrency: c,
+          payloads,
+          timeoutMs: config.timeoutMs,
+        });
+        await bullmqProcessWorkload({
+          workload: 'warm-up',
+          target,
+          queueName: 'warmup',
+          messages: warm,
+          concurrency: config.bullmqConcurrency,
+          timeoutMs: config.timeoutMs,
+        });
       }
       record(
         KEYS.bullAdd,
         await measure(KEYS.bullAdd, () =>
-          bullmqAddWorkload({ workload: KEYS.bullAdd, target, queueName: 'bench', messages, batch: config.publishBatch, concurrency: c, payloads, timeoutMs: config.timeoutMs }),
+          bullmqAddWorkload({
+            workload: KEYS.bullAdd,
+            target,
+            queueName: 'bench',
+            messages,
+            batch: config.publishBatch,
+            concurrency: c,
+            payloads,
+            timeoutMs: config.timeoutMs,
+          }),
         ),
       );
       record(
         KEYS.bullProcess,
         await measure(KEYS.bullProcess, () =>
-          bullmqProcessWorkload({ workload: KEYS.bullProcess, target, queueName: 'bench', messages, concurrency: config.bullmqConcurrency, timeoutMs: config.timeoutMs }),
+          bullmqProcessWorkload({
+            workload: KEYS.bullProcess,
+            target,
+            queueName: 'bench',
+            messages,
+            concurrency: config.bullmqConcurrency,
+            timeoutMs: config.timeoutMs,
+          }),
         ),
       );
     }

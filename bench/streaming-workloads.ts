@@ -76,7 +76,8 @@ class StreamSubscriber {
     this.ws.on('message', (data: Buffer) => this.handle(data));
     this.ws.on('error', (error) => this.fail(new Error(`streaming pull ${url}: ${error.message}`)));
     this.ws.on('close', (code, reason) => {
-      if (!this.closing) this.fail(new Error(`streaming pull ${url} closed by the server: ${code} ${reason.toString()}`));
+      if (!this.closing)
+        this.fail(new Error(`streaming pull ${url} closed by the server: ${code} ${reason.toString()}`));
     });
   }
 
@@ -141,7 +142,10 @@ async function openSubscribers(
   onMessages: (messages: PulledMessage[], receivedAtMs: number) => void,
 ): Promise<StreamSubscriber[]> {
   const url = `${settings.wsBase}${subscriptionPath(subscriptionId)}:streamingPull`;
-  const subscribers = Array.from({ length: settings.subscribers }, () => new StreamSubscriber(url, settings, onMessages));
+  const subscribers = Array.from(
+    { length: settings.subscribers },
+    () => new StreamSubscriber(url, settings, onMessages),
+  );
   try {
     await Promise.all(subscribers.map((s) => s.open()));
   } catch (error) {
@@ -162,7 +166,8 @@ function waitFor(what: string, timeoutMs: number, subscribers: StreamSubscriber[
   });
   return {
     done: resolve,
-    wait: () => Promise.race([reached, timeout, ...subscribers.map((s) => s.failed)]).finally(() => clearTimeout(timer)),
+    wait: () =>
+      Promise.race([reached, timeout, ...subscribers.map((s) => s.failed)]).finally(() => clearTimeout(timer)),
   };
 }
 
@@ -178,7 +183,9 @@ async function settleAndCheck(
   const backlog = await subscriptionBacklog(admin, keyPrefix, subscriptionId);
   if (!backlog) throw new Error(`${workload}: subscription ${subscriptionId} is gone`);
   if (backlog.ready > 0 || backlog.leased > 0) {
-    throw new Error(`${workload}: ${backlog.ready} messages still ready and ${backlog.leased} leased after all were received and acked`);
+    throw new Error(
+      `${workload}: ${backlog.ready} messages still ready and ${backlog.leased} leased after all were received and acked`,
+    );
   }
 }
 
@@ -187,13 +194,15 @@ async function settleAndCheck(
  * publishers publish `messages` messages at full speed. Rate = messages / (first publish ->
  * last message received). Fails unless every published message is received.
  */
-export async function streamingThroughputWorkload(options: StreamingWorkload & {
-  messages: number;
-  batch: number;
-  concurrency: number;
-  bodies: Buffer[];
-  timeoutMs: number;
-}): Promise<ThroughputResult> {
+export async function streamingThroughputWorkload(
+  options: StreamingWorkload & {
+    messages: number;
+    batch: number;
+    concurrency: number;
+    bodies: Buffer[];
+    timeoutMs: number;
+  },
+): Promise<ThroughputResult> {
   const seen = new Set<string>();
   let duplicates = 0;
   let lastReceivedAt = 0;
@@ -224,7 +233,8 @@ export async function streamingThroughputWorkload(options: StreamingWorkload & {
     publishing.catch(() => {});
     const [publish] = await Promise.all([Promise.race([publishing, ...subscribers.map((s) => s.failed)]), all.wait()]);
     const seconds = (lastReceivedAt - started) / 1000;
-    if (seen.size !== options.messages) throw new Error(`${options.workload}: received ${seen.size} distinct messages of ${options.messages}`);
+    if (seen.size !== options.messages)
+      throw new Error(`${options.workload}: received ${seen.size} distinct messages of ${options.messages}`);
     await settleAndCheck(options.workload, subscribers, options.admin, options.keyPrefix, options.subscriptionId);
     const frames = subscribers.reduce((sum, s) => sum + s.deliveryFrames, 0);
     const delivered = subscribers.reduce((sum, s) => sum + s.messages, 0);
@@ -256,13 +266,15 @@ export async function streamingThroughputWorkload(options: StreamingWorkload & {
  * request) for `seconds`, to a topic whose subscription `subscribers` streams consume and ack.
  * Latency = time the frame with the message arrived - send time of its publish request.
  */
-export async function streamingLatencyWorkload(options: StreamingWorkload & {
-  rate: number;
-  seconds: number;
-  batch: number;
-  dataBytes: number;
-  timeoutMs: number;
-}): Promise<ThroughputResult> {
+export async function streamingLatencyWorkload(
+  options: StreamingWorkload & {
+    rate: number;
+    seconds: number;
+    batch: number;
+    dataBytes: number;
+    timeoutMs: number;
+  },
+): Promise<ThroughputResult> {
   const requests = Math.max(1, Math.round((options.rate * options.seconds) / options.batch));
   const total = requests * options.batch;
   const intervalMs = (1000 * options.batch) / options.rate;
@@ -303,7 +315,8 @@ export async function streamingLatencyWorkload(options: StreamingWorkload & {
         .request('POST', path, stamped.body(options.batch, sentAt))
         .then((response) => {
           publishLatency.since(sentAt);
-          if (response.status !== 200) throw new Error(`publish -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+          if (response.status !== 200)
+            throw new Error(`publish -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
         })
         .catch((error: Error) => {
           failure ??= new Error(`${options.workload}: request ${index}: ${error.message}`);
@@ -317,14 +330,15 @@ export async function streamingLatencyWorkload(options: StreamingWorkload & {
     while (next < requests && !failure) {
       const now = performance.now();
       const due = Math.min(requests, Math.floor((now - started) / intervalMs) + 1);
-      while (next < due) send(next, started + next * intervalMs), next++;
+      for (; next < due; next++) send(next, started + next * intervalMs);
       if (next < requests) await sleep(Math.max(0, started + next * intervalMs - performance.now()));
     }
     const sendSeconds = (performance.now() - started) / 1000;
     await Promise.all(inFlight);
     if (failure) throw failure;
     await all.wait();
-    if (seen.size !== total) throw new Error(`${options.workload}: received ${seen.size} distinct messages of ${total}`);
+    if (seen.size !== total)
+      throw new Error(`${options.workload}: received ${seen.size} distinct messages of ${total}`);
     await settleAndCheck(options.workload, subscribers, options.admin, options.keyPrefix, options.subscriptionId);
     const lag = sendLag.summary();
     const frames = subscribers.reduce((sum, s) => sum + s.deliveryFrames, 0);

@@ -34,7 +34,9 @@ export async function healthRoutes(app: FastifyInstance, { broker }: RouteOption
     );
     const byName = Object.fromEntries(states);
     const ready = byName[regions.local.name].synced;
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', region: regions.local.name, regions: byName });
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? 'ready' : 'unavailable', region: regions.local.name, regions: byName });
   });
 
   /**
@@ -47,7 +49,9 @@ export async function healthRoutes(app: FastifyInstance, { broker }: RouteOption
       '# TYPE pubsub_subscription_num_unacked_messages_by_region gauge',
     ];
     for (const { subscription, region, unacked } of await backlogByRegion(regions)) {
-      lines.push(`pubsub_subscription_num_unacked_messages_by_region{subscription="${subscription}",region="${region}"} ${unacked}`);
+      lines.push(
+        `pubsub_subscription_num_unacked_messages_by_region{subscription="${subscription}",region="${region}"} ${unacked}`,
+      );
     }
     return reply.type('text/plain; version=0.0.4; charset=utf-8').send(`${lines.join('\n')}\n`);
   });

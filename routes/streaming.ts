@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { WebSocket } from 'ws';
 import { resourceName } from '../src/broker/names.ts';
-import { closeCodeFor, closeReason, StreamingSession } from '../src/broker/streaming.ts';
+import { closeCodeFor, closeReason, type StreamingSession } from '../src/broker/streaming.ts';
 import { ApiError, failedPrecondition, invalidArgument } from '../src/errors.ts';
 import { SUBSCRIPTION_PATH, type RouteOptions } from './index.ts';
 
@@ -54,7 +54,9 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
       }, broker.streams.heartbeatMs);
       socket.on('message', (data: Buffer, isBinary: boolean) => {
         if (data.length > MAX_STREAM_FRAME_BYTES) {
-          return session.fail(invalidArgument(`A streaming pull frame may be at most ${MAX_STREAM_FRAME_BYTES} bytes.`));
+          return session.fail(
+            invalidArgument(`A streaming pull frame may be at most ${MAX_STREAM_FRAME_BYTES} bytes.`),
+          );
         }
         if (isBinary) return session.fail(invalidArgument('Streaming pull frames are JSON text frames.'));
         session.receive(data.toString('utf8'));

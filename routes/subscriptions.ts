@@ -3,11 +3,7 @@ import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { receivedMessagesJson } from '../src/broker/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
-import {
-  acknowledgeBodySchema,
-  modifyAckDeadlineBodySchema,
-  pullBodySchema,
-} from '../src/schemas/subscriptions.ts';
+import { acknowledgeBodySchema, modifyAckDeadlineBodySchema, pullBodySchema } from '../src/schemas/subscriptions.ts';
 import { SUBSCRIPTION_PATH, type RouteOptions } from './index.ts';
 
 interface SubscriptionParams {
@@ -42,7 +38,12 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     // A long poll stops waiting when the client goes away.
     const clientGone = new AbortController();
     reply.raw.on('close', () => clientGone.abort());
-    const received = await broker.delivery.pull(name, body.maxMessages, body.returnImmediately === true, clientGone.signal);
+    const received = await broker.delivery.pull(
+      name,
+      body.maxMessages,
+      body.returnImmediately === true,
+      clientGone.signal,
+    );
     // An empty pull answers {}, as Pub/Sub does.
     return reply.type('application/json; charset=utf-8').send(receivedMessagesJson(received));
   });

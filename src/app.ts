@@ -1,4 +1,10 @@
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from 'fastify';
 import { isAscii } from 'node:buffer';
 import { registerRoutes } from '../routes/index.ts';
 import { ackIdCodecLoader } from './broker/ack-id.ts';
@@ -184,7 +190,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return reply.code(apiError.httpStatus).send(apiError.toEnvelope());
   });
   app.setNotFoundHandler((request, reply) => {
-    const error = new ApiError('NOT_FOUND', `No such method or resource: ${request.method} ${request.url.split('?')[0]}`);
+    const error = new ApiError(
+      'NOT_FOUND',
+      `No such method or resource: ${request.method} ${request.url.split('?')[0]}`,
+    );
     return reply.code(404).send(error.toEnvelope());
   });
 

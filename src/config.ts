@@ -7,24 +7,22 @@ import { z } from 'zod';
  */
 const portNumber = z.coerce.number().int().min(1).max(65535);
 
-const clusterNodes = z
-  .string()
-  .transform((value, ctx) => {
-    const nodes = value
-      .split(',')
-      .map((entry) => entry.trim())
-      .filter(Boolean)
-      .map((entry) => {
-        const match = /^(.+):(\d+)$/.exec(entry);
-        if (!match) {
-          ctx.addIssue({ code: 'custom', message: `"${entry}" is not host:port` });
-          return z.NEVER;
-        }
-        return { host: match[1], port: Number(match[2]) };
-      });
-    if (nodes.length === 0) ctx.addIssue({ code: 'custom', message: 'lists no host:port' });
-    return nodes;
-  });
+const clusterNodes = z.string().transform((value, ctx) => {
+  const nodes = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean)
+    .map((entry) => {
+      const match = /^(.+):(\d+)$/.exec(entry);
+      if (!match) {
+        ctx.addIssue({ code: 'custom', message: `"${entry}" is not host:port` });
+        return z.NEVER;
+      }
+      return { host: match[1], port: Number(match[2]) };
+    });
+  if (nodes.length === 0) ctx.addIssue({ code: 'custom', message: 'lists no host:port' });
+  return nodes;
+});
 
 /** Region names as Pub/Sub spells them (us-east1, europe-west4); they also appear in ack IDs. */
 const REGION_NAME = /^[a-z][a-z0-9-]{0,62}$/;
@@ -43,19 +41,27 @@ export interface RegionRedis {
  */
 const regionList = z.string().transform((value, ctx) => {
   const regions: RegionRedis[] = [];
-  for (const entry of value.split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of value
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     const match = /^([^=]+)=(.+)$/.exec(entry);
     const name = match?.[1].trim() ?? '';
     const target = match?.[2].trim() ?? '';
     if (!match || !REGION_NAME.test(name)) {
-      ctx.addIssue({ code: 'custom', message: `"${entry}" is not name=redis://host:port (names: lowercase letters, digits, "-")` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `"${entry}" is not name=redis://host:port (names: lowercase letters, digits, "-")`,
+      });
       continue;
     }
-    if (regions.some((region) => region.name === name)) ctx.addIssue({ code: 'custom', message: `region ${name} is listed twice` });
+    if (regions.some((region) => region.name === name))
+      ctx.addIssue({ code: 'custom', message: `region ${name} is listed twice` });
     if (target.startsWith('cluster://')) {
       const nodes = clusterNodes.safeParse(target.slice('cluster://'.length).replaceAll('+', ','));
       if (nodes.success) regions.push({ name, clusterNodes: nodes.data });
-      else ctx.addIssue({ code: 'custom', message: `region ${name}: "${target}" is not cluster://host:port+host:port` });
+      else
+        ctx.addIssue({ code: 'custom', message: `region ${name}: "${target}" is not cluster://host:port+host:port` });
     } else if (z.url({ protocol: /^rediss?$/ }).safeParse(target).success) {
       regions.push({ name, url: target });
     } else {
@@ -108,16 +114,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 function checkRegions(config: Config): void {
   if (!config.REGION && !config.REGIONS) return;
   if (!config.REGION || !config.REGIONS) {
-    throw new ConfigError('Set both REGION (this endpoint\'s region) and REGIONS (every region\'s Redis), or neither.');
+    throw new ConfigError("Set both REGION (this endpoint's region) and REGIONS (every region's Redis), or neither.");
   }
   const local = config.REGIONS.find((region) => region.name === config.REGION);
   if (!local) {
-    throw new ConfigError(`REGION ${config.REGION} is not listed in REGIONS (${config.REGIONS.map((r) => r.name).join(', ')}).`);
+    throw new ConfigError(
+      `REGION ${config.REGION} is not listed in REGIONS (${config.REGIONS.map((r) => r.name).join(', ')}).`,
+    );
   }
   if (config.REDIS_CLUSTER_NODES) {
-    throw new ConfigError('With REGIONS, give a region on Redis Cluster as name=cluster://host:port+host:port, not REDIS_CLUSTER_NODES.');
+    throw new ConfigError(
+      'With REGIONS, give a region on Redis Cluster as name=cluster://host:port+host:port, not REDIS_CLUSTER_NODES.',
+    );
   }
   if (config.REDIS_URL && config.REDIS_URL !== local.url) {
-    throw new ConfigError(`REDIS_URL (${config.REDIS_URL}) is not region ${config.REGION}'s Redis in REGIONS (${local.url ?? 'a cluster'}).`);
+    throw new ConfigError(
+      `REDIS_URL (${config.REDIS_URL}) is not region ${config.REGION}'s Redis in REGIONS (${local.url ?? 'a cluster'}).`,
+    );
   }
 }

@@ -36,6 +36,7 @@ export const LIFT_ABOVE_BYTES = 128 * 1024;
 const DATA_PREFIX = Buffer.from('"data":"');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: JSON forbids raw control characters in strings: this finds them
 const CONTROL_CHARACTER = /[\u0000-\u001f]/;
 
 /**
@@ -106,7 +107,8 @@ export function liftDataStrings(bytes: Buffer, encoding: 'latin1' | 'utf8'): Lif
  * string was, and each is a message's data, which publish decodes as base64.
  */
 export function putBack(parsed: unknown, strings: string[]): boolean {
-  const topMessages = typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>).messages : undefined;
+  const topMessages =
+    typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>).messages : undefined;
   const messages = new Set(Array.isArray(topMessages) ? topMessages : []);
   const placed = new Array<boolean>(strings.length).fill(false);
   let count = 0;

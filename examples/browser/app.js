@@ -83,10 +83,16 @@ const subscriber = client.subscribe(
 
 $('publish').addEventListener('submit', async (event) => {
   event.preventDefault();
-  const lines = $('lines').value.split('\n').map((line) => line.trim()).filter(Boolean);
+  const lines = $('lines')
+    .value.split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
   if (lines.length === 0) return;
   try {
-    const ids = await client.publish(topic, lines.map((data) => ({ data, attributes: { source: 'browser' } })));
+    const ids = await client.publish(
+      topic,
+      lines.map((data) => ({ data, attributes: { source: 'browser' } })),
+    );
     $('published').textContent = `published ${ids.map((id) => `#${id}`).join(' ')}`;
   } catch (error) {
     log(`publish: ${error.message}`);

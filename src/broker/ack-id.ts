@@ -22,7 +22,8 @@ export interface Delivery {
 }
 
 /** Base36 numbers as encode writes them: no leading zeros. */
-const ACK_ID = /^(?:([a-z][a-z0-9-]{0,62})\.)?([0-9a-f]{16})-(0|[1-9a-z][0-9a-z]{0,12})-(0|[1-9a-z][0-9a-z]{0,9})-[A-Za-z0-9_-]{22}$/;
+const ACK_ID =
+  /^(?:([a-z][a-z0-9-]{0,62})\.)?([0-9a-f]{16})-(0|[1-9a-z][0-9a-z]{0,12})-(0|[1-9a-z][0-9a-z]{0,9})-[A-Za-z0-9_-]{22}$/;
 /** 22 base64url characters: 132 bits of the digest. */
 const TAG_LENGTH = 22;
 

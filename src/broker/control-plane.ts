@@ -49,7 +49,8 @@ const SYNC_INTERVAL_MS = 30_000;
 const DROP_BATCH = 1000;
 
 export const isTombstone = (state: State): state is Tombstone => 'deleted' in state && state.deleted === true;
-export const versionOf = (json: string): number => (json === '' ? 0 : ((JSON.parse(json) as { version?: number }).version ?? 0));
+export const versionOf = (json: string): number =>
+  json === '' ? 0 : ((JSON.parse(json) as { version?: number }).version ?? 0);
 export const newUid = () => randomBytes(8).toString('hex');
 
 /** The same order as may_put in prelude.lua: higher version, then the greater JSON. */
@@ -144,7 +145,10 @@ export class ControlPlane {
   /** A name's state in one region: its record JSON, its tombstone JSON, or ''. */
   async readState(region: Region, kind: Kind, name: string): Promise<string> {
     const [records, tombstones] = this.hashes(region, kind);
-    const [record, tombstone] = await Promise.all([region.ctx.redis.hget(records, name), region.ctx.redis.hget(tombstones, name)]);
+    const [record, tombstone] = await Promise.all([
+      region.ctx.redis.hget(records, name),
+      region.ctx.redis.hget(tombstones, name),
+    ]);
     return record ?? tombstone ?? '';
   }
 
@@ -153,7 +157,11 @@ export class ControlPlane {
    * is written unless the name holds a live record at the arbiter, or a write decided elsewhere
    * at the same time meets this one; both are ALREADY_EXISTS.
    */
-  async create<T extends TopicRecord | SubscriptionRecord>(kind: Kind, name: ResourceName, build: (version: number) => T | Promise<T>): Promise<T> {
+  async create<T extends TopicRecord | SubscriptionRecord>(
+    kind: Kind,
+    name: ResourceName,
+    build: (version: number) => T | Promise<T>,
+  ): Promise<T> {
     for (;;) {
       const arbiter = this.regions.arbiter();
       const current = await this.readState(arbiter, kind, name.full);
@@ -197,7 +205,12 @@ export class ControlPlane {
    *               (the greater JSON); the caller reports a create as ALREADY_EXISTS and decides
    *               an update or delete again.
    */
-  async write(kind: Kind, arbiter: Region, expected: string, state: State): Promise<'written' | 'changed' | 'conflict'> {
+  async write(
+    kind: Kind,
+    arbiter: Region,
+    expected: string,
+    state: State,
+  ): Promise<'written' | 'changed' | 'conflict'> {
     if (!(await this.put(kind, arbiter, state, 'cas', expected)).applied) return 'changed';
     const json = JSON.stringify(state);
     const others = this.regions.all.filter((region) => region !== arbiter && region.reachable);
@@ -211,7 +224,9 @@ export class ControlPlane {
         }),
       ),
     );
-    const concurrent = copies.some(({ applied, current }) => !applied && current !== json && versionOf(current) === state.version);
+    const concurrent = copies.some(
+      ({ applied, current }) => !applied && current !== json && versionOf(current) === state.version,
+    );
     return concurrent ? 'conflict' : 'written';
   }
 
@@ -224,7 +239,18 @@ export class ControlPlane {
     do {
       remaining = await scripts.run(
         'drop-subscription',
-        [data.state, data.attached, sub.config, sub.ready, sub.leased, data.bodies, data.refs, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+        [
+          data.state,
+          data.attached,
+          sub.config,
+          sub.ready,
+          sub.leased,
+          data.bodies,
+          data.refs,
+          sub.keyed,
+          sub.keyedDeliveries,
+          sub.keyStates,
+        ],
         [subscriptionUid, DROP_BATCH],
       );
     } while (remaining !== 0);
@@ -239,13 +265,24 @@ export class ControlPlane {
    * there is `expected`; 'newer' only if it is newer than the state there. Returns whether it
    * applied, and the state it found there.
    */
-  private async put(kind: Kind, region: Region, state: State, mode: 'cas' | 'newer', expected = ''): Promise<PutResult> {
+  private async put(
+    kind: Kind,
+    region: Region,
+    state: State,
+    mode: 'cas' | 'newer',
+    expected = '',
+  ): Promise<PutResult> {
     return kind === 'topic'
       ? this.putTopic(region, state as TopicRecord | Tombstone, mode, expected)
       : this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
   }
 
-  private async putTopic(region: Region, state: TopicRecord | Tombstone, mode: 'cas' | 'newer', expected: string): Promise<PutResult> {
+  private async putTopic(
+    region: Region,
+    state: TopicRecord | Tombstone,
+    mode: 'cas' | 'newer',
+    expected: string,
+  ): Promise<PutResult> {
     const { keys, scripts } = region.ctx;
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
@@ -279,12 +316,19 @@ export class ControlPlane {
     // compare-and-set winner's settings reach the data plane. Copies are attached first: the
     // attach keeps the settings of the highest record version it has seen.
     const expectedState = expected ? (JSON.parse(expected) as State) : undefined;
-    const sameIncarnation = expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
+    const sameIncarnation =
+      expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
     const [applied, previousJson] = (await scripts.run(
       'put-subscription',
-      [keys.subscriptions, keys.subscriptionIndex, keys.subscriptionTombstones, keys.topicSubscriptions(topicUid), keys.pendingCleanups],
+      [
+        keys.subscriptions,
+        keys.subscriptionIndex,
+        keys.subscriptionTombstones,
+        keys.topicSubscriptions(topicUid),
+        keys.pendingCleanups,
+      ],
       [mode, expected, state.name, JSON.stringify(state), state.version, deleted ? '1' : '0', clock.scriptTime()],
     )) as [number, string];
     if (applied !== 1) {
@@ -298,7 +342,8 @@ export class ControlPlane {
     if (!deleted && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
-      if (previous.topicUid !== topicUid) await region.ctx.redis.zrem(keys.topicSubscriptions(previous.topicUid), previous.name);
+      if (previous.topicUid !== topicUid)
+        await region.ctx.redis.zrem(keys.topicSubscriptions(previous.topicUid), previous.name);
       await this.dropData(region, previous.topicUid, previous.uid);
       await this.finishCleanup(region, dataRef(previous));
       await this.announce(region, previous.topicUid);
@@ -320,7 +365,13 @@ export class ControlPlane {
     await scripts.run(
       'attach-subscription',
       [data.state, data.attached, data.subscription(record.uid).config],
-      [clock.scriptTime(), record.uid, record.enableMessageOrdering ? '1' : '0', record.version, ...deliveryConfig(record)],
+      [
+        clock.scriptTime(),
+        record.uid,
+        record.enableMessageOrdering ? '1' : '0',
+        record.version,
+        ...deliveryConfig(record),
+      ],
     );
   }
 
@@ -357,7 +408,9 @@ export class ControlPlane {
     // Topics first: a subscription copied to a region finds its topic's state already there.
     for (const kind of ['topic', 'subscription'] as const) {
       const states = new Map<Region, Map<string, string>>();
-      await Promise.all(reachable.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))));
+      await Promise.all(
+        reachable.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))),
+      );
       const names = new Set([...states.values()].flatMap((byName) => [...byName.keys()]));
       for (const name of names) {
         let winner = '';
@@ -373,9 +426,11 @@ export class ControlPlane {
       }
     }
     for (const region of reachable) {
-      if (!failed.has(region) && region.reachable && this.epochs.get(region) === epochs.get(region)) region.synced = true;
+      if (!failed.has(region) && region.reachable && this.epochs.get(region) === epochs.get(region))
+        region.synced = true;
     }
-    if (failed.size > 0) throw new Error(`regions ${[...failed].map((region) => region.name).join(', ')} are not synced`);
+    if (failed.size > 0)
+      throw new Error(`regions ${[...failed].map((region) => region.name).join(', ')} are not synced`);
   }
 
   private async readAll(region: Region, kind: Kind): Promise<Map<string, string>> {
@@ -385,15 +440,22 @@ export class ControlPlane {
   }
 
   /** Every region gets the ack ID secret of the first region (in name order) that has one. */
-  private async shareAckSecret(regions: Region[], attempt: (region: Region, work: () => Promise<unknown>) => Promise<void>) {
+  private async shareAckSecret(
+    regions: Region[],
+    attempt: (region: Region, work: () => Promise<unknown>) => Promise<void>,
+  ) {
     const secrets = new Map<Region, string | null>();
-    await Promise.all(regions.map((region) => attempt(region, async () => secrets.set(region, await region.ctx.redis.get(region.ctx.keys.ackSecret)))));
+    await Promise.all(
+      regions.map((region) =>
+        attempt(region, async () => secrets.set(region, await region.ctx.redis.get(region.ctx.keys.ackSecret))),
+      ),
+    );
     const secret = regions.map((region) => secrets.get(region)).find((value) => value);
     if (!secret) return;
     await Promise.all(
-      [...secrets].filter(([, value]) => value === null).map(([region]) =>
-        attempt(region, () => region.ctx.redis.set(region.ctx.keys.ackSecret, secret, 'NX')),
-      ),
+      [...secrets]
+        .filter(([, value]) => value === null)
+        .map(([region]) => attempt(region, () => region.ctx.redis.set(region.ctx.keys.ackSecret, secret, 'NX'))),
     );
   }
 }

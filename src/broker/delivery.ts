@@ -1,11 +1,19 @@
-import { ApiError, exactlyOnceAckFailure, failedPrecondition, invalidArgument, notFound, unavailable, type AckFailureCode } from '../errors.ts';
+import {
+  ApiError,
+  exactlyOnceAckFailure,
+  failedPrecondition,
+  invalidArgument,
+  notFound,
+  unavailable,
+  type AckFailureCode,
+} from '../errors.ts';
 import { randomUUID } from 'node:crypto';
 import { BulkStrings } from '../redis/binary-command.ts';
 import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
 import type { RedisClient } from '../redis/scripts.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
-import { AckIdCodec, type Delivery } from './ack-id.ts';
+import type { AckIdCodec, Delivery } from './ack-id.ts';
 import type { ClockReading } from './clock.ts';
 import { formatTimestampUs } from './durations.ts';
 import { layoutMessage, packMessages, stampMessages, unpackMessage } from './message-codec.ts';
@@ -149,7 +157,8 @@ export class DeliveryService {
    */
   private rememberTopic(record: TopicRecord): void {
     if (this.regions.multiRegion) return;
-    if (this.publishTopics.size >= MAX_REMEMBERED_TOPICS) this.publishTopics.delete(this.publishTopics.keys().next().value!);
+    if (this.publishTopics.size >= MAX_REMEMBERED_TOPICS)
+      this.publishTopics.delete(this.publishTopics.keys().next().value!);
     this.publishTopics.set(record.name, { record, until: performance.now() + this.options.rememberTopicMs });
   }
 
@@ -162,7 +171,11 @@ export class DeliveryService {
   }
 
   /** Stores a publish in the topic incarnation; undefined when the incarnation was deleted. */
-  private async publishTo(record: TopicRecord, { bodies, staged }: PackedPublish, orderingKey: string): Promise<string[] | undefined> {
+  private async publishTo(
+    record: TopicRecord,
+    { bodies, staged }: PackedPublish,
+    orderingKey: string,
+  ): Promise<string[] | undefined> {
     const region = this.storageRegion(record, orderingKey);
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
@@ -180,7 +193,15 @@ export class DeliveryService {
       const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
       stampMessages(bodies, publishTimeUs);
       const keys = [data.state, data.bodies, data.refs, stagingKey, ...subscriptionKeys];
-      const args = [ctx.clock.scriptTime(), String(publishTimeUs), attachments.version, wakeChannel, orderingKey, orderedFlags, String(bodies.count)];
+      const args = [
+        ctx.clock.scriptTime(),
+        String(publishTimeUs),
+        attachments.version,
+        wakeChannel,
+        orderingKey,
+        orderedFlags,
+        String(bodies.count),
+      ];
       // Large bodies are staged in a hash the script renames, so that Redis never makes Lua
       // strings of them; small ones go in the call (two commands fewer), and share a block with
       // other small publishes. Either way they are encoded in one pass: they are nearly all of
@@ -207,14 +228,20 @@ export class DeliveryService {
   }
 
   /** Leases messages for a unary pull; long-polls unless returnImmediately. */
-  async pull(name: ResourceName, maxMessages: number, returnImmediately: boolean, cancelled: AbortSignal): Promise<ReceivedMessage[]> {
+  async pull(
+    name: ResourceName,
+    maxMessages: number,
+    returnImmediately: boolean,
+    cancelled: AbortSignal,
+  ): Promise<ReceivedMessage[]> {
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
     const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
     const giveUpAt = Date.now() + (returnImmediately ? 0 : this.options.pullWaitMs);
     for (;;) {
       // Without a wake-up channel the pull answers at once; clients pull again.
-      const waiter = returnImmediately || this.closing ? undefined : await this.armWaiter(record).catch(() => undefined);
+      const waiter =
+        returnImmediately || this.closing ? undefined : await this.armWaiter(record).catch(() => undefined);
       try {
         const { received, nextDueUs } = await this.pullOnce(record, max);
         const remainingMs = giveUpAt - Date.now();
@@ -315,7 +342,15 @@ export class DeliveryService {
    */
   private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: ReceivedMessage[] }>): void {
     pulling
-      .then(({ received }) => (received.length > 0 ? this.modifyDeliveries(record, received.map((m) => m.ackId), 0) : undefined))
+      .then(({ received }) =>
+        received.length > 0
+          ? this.modifyDeliveries(
+              record,
+              received.map((m) => m.ackId),
+              0,
+            )
+          : undefined,
+      )
       .catch(() => {}); // Unanswered or failed: the leases run out by themselves.
   }
 
@@ -337,7 +372,9 @@ export class DeliveryService {
     if (waiters.length === 1) return waiters[0];
     return {
       woken: Promise.race(waiters.map((waiter) => waiter.woken)),
-      cancel: () => waiters.forEach((waiter) => waiter.cancel()),
+      cancel: () => {
+        for (const waiter of waiters) waiter.cancel();
+      },
     };
   }
 
@@ -376,7 +413,8 @@ export class DeliveryService {
       );
     }
     const target = allowed.map((name) => this.regions.byName(name)).find((region) => region?.usable);
-    if (!target) throw unavailable(`None of the topic's allowed persistence regions (${allowed.join(', ')}) can be reached.`);
+    if (!target)
+      throw unavailable(`None of the topic's allowed persistence regions (${allowed.join(', ')}) can be reached.`);
     return target;
   }
 
@@ -392,7 +430,13 @@ export class DeliveryService {
     return [first, ...order.filter((region) => region !== first)];
   }
 
-  private async pullFrom(region: Region, record: SubscriptionRecord, max: number, deadlineSeconds: number | undefined, maxBytes: number) {
+  private async pullFrom(
+    region: Region,
+    record: SubscriptionRecord,
+    max: number,
+    deadlineSeconds: number | undefined,
+    maxBytes: number,
+  ) {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
@@ -441,7 +485,9 @@ export class DeliveryService {
       if (stored.data.length > 0) message.data = stored.data;
       if (stored.attributes) message.attributes = stored.attributes;
       if (stored.orderingKey) message.orderingKey = stored.orderingKey;
-      received.push(new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message));
+      received.push(
+        new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message),
+      );
     }
     if (expired.length > 0) await this.acknowledgeMembers(region, record, expired);
     return { received, bytes, nextDueUs };
@@ -503,7 +549,10 @@ export class DeliveryService {
   private async readAttachments(region: Region, topicUid: string): Promise<Attachments> {
     const { redis, keys } = region.ctx;
     const data = keys.topicData(topicUid);
-    const [version, attached] = await Promise.all([redis.hget(data.state, 'attachVersion'), redis.hgetall(data.attached)]);
+    const [version, attached] = await Promise.all([
+      redis.hget(data.state, 'attachVersion'),
+      redis.hgetall(data.attached),
+    ]);
     // Sent in this order on one connection, the set read is at least as new as the version: if
     // it is newer, publish fails its version check and this is read again, so a stale pair is
     // never used to publish.
@@ -618,7 +667,9 @@ interface PackedPublish {
 function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: number): PackedPublish {
   if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
   if (messages.length > MAX_PUBLISH_MESSAGES) {
-    throw invalidArgument(`The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`);
+    throw invalidArgument(
+      `The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`,
+    );
   }
   const orderingKeys = new Set(messages.map((message) => message.orderingKey ?? ''));
   if (orderingKeys.size > 1) {
@@ -641,7 +692,9 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
       );
     }
     if (attributeNames.length > MAX_ATTRIBUTES) {
-      throw invalidArgument(`Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`);
+      throw invalidArgument(
+        `Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`,
+      );
     }
     totalBytes += stored.dataBytes;
     for (const key of attributeNames) {
@@ -651,7 +704,9 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
         throw invalidArgument(`Message ${index}: attribute keys must be 1 to ${MAX_ATTRIBUTE_KEY_BYTES} bytes long.`);
       }
       if (valueBytes > MAX_ATTRIBUTE_VALUE_BYTES) {
-        throw invalidArgument(`Message ${index}: the value of attribute "${key}" exceeds ${MAX_ATTRIBUTE_VALUE_BYTES} bytes.`);
+        throw invalidArgument(
+          `Message ${index}: the value of attribute "${key}" exceeds ${MAX_ATTRIBUTE_VALUE_BYTES} bytes.`,
+        );
       }
       if (key.startsWith('goog')) {
         throw invalidArgument(`Message ${index}: attribute key "${key}" uses the reserved prefix "goog".`);
@@ -688,4 +743,3 @@ function stagedBodiesMissing(error: unknown): never {
 const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
 
 const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);
-

@@ -37,7 +37,11 @@ export interface MessageLayout {
  * standard or URL-safe alphabet, with or without padding). Returns undefined when the data's
  * length or padding cannot be base64; its characters are checked when packMessages decodes it.
  */
-export function layoutMessage(base64Data: string, attributes?: Record<string, string>, orderingKey?: string): MessageLayout | undefined {
+export function layoutMessage(
+  base64Data: string,
+  attributes?: Record<string, string>,
+  orderingKey?: string,
+): MessageLayout | undefined {
   const padding = base64Data.endsWith('==') ? 2 : base64Data.endsWith('=') ? 1 : 0;
   const length = base64Data.length - padding;
   if (length % 4 === 1 || (padding > 0 && base64Data.length % 4 !== 0)) return undefined;
@@ -55,7 +59,10 @@ export function layoutMessage(base64Data: string, attributes?: Record<string, st
  * when it decodes to the length its size implies. Returns the index of the first message whose
  * data does not, or the packed messages.
  */
-export function packMessages(layouts: MessageLayout[], { asBlockFields = false } = {}): BulkStrings | { invalidData: number } {
+export function packMessages(
+  layouts: MessageLayout[],
+  { asBlockFields = false } = {},
+): BulkStrings | { invalidData: number } {
   const packed = new BulkStrings(
     layouts.map((layout) => layout.storedBytes),
     { indexWidth: asBlockFields ? BLOCK_FIELD_DIGITS : undefined },
@@ -75,7 +82,8 @@ export function packMessages(layouts: MessageLayout[], { asBlockFields = false }
 /** Writes the publish time into packed messages. */
 export function stampMessages(packed: BulkStrings, publishTimeUs: number): void {
   const digits = String(publishTimeUs).padStart(TIME_DIGITS, '0');
-  if (digits.length !== TIME_DIGITS) throw new RangeError(`publish time ${publishTimeUs} does not fit ${TIME_DIGITS} digits`);
+  if (digits.length !== TIME_DIGITS)
+    throw new RangeError(`publish time ${publishTimeUs} does not fit ${TIME_DIGITS} digits`);
   for (const start of packed.starts) packed.bytes.write(digits, start, 'latin1');
 }
 

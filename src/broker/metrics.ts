@@ -33,7 +33,9 @@ export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]
         return ready - queuedKeys + leased - outstandingKeyed + keyed;
       }),
     );
-    records.forEach((record, i) => backlog.push({ subscription: record.name, region: region.name, unacked: counts[i] }));
+    records.forEach((record, i) => {
+      backlog.push({ subscription: record.name, region: region.name, unacked: counts[i] });
+    });
   }
   return backlog;
 }

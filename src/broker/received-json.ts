@@ -25,8 +25,10 @@ export function receivedMessagesJson(received: ReceivedMessage[], rest?: Record<
     const { ackId, message } = received[i];
     const attributes = message.attributes ? `"attributes":${asciiJson(message.attributes)},` : '';
     const orderingKey = message.orderingKey === undefined ? '' : `,"orderingKey":${asciiJson(message.orderingKey)}`;
-    heads[i] = `${i === 0 ? '{"receivedMessages":[' : ','}{"ackId":"${ackId}","message":{${message.data ? '"data":"' : ''}`;
-    tails[i] = `${message.data ? '",' : ''}${attributes}"messageId":"${message.messageId}","publishTime":"${message.publishTime}"${orderingKey}}}`;
+    heads[i] =
+      `${i === 0 ? '{"receivedMessages":[' : ','}{"ackId":"${ackId}","message":{${message.data ? '"data":"' : ''}`;
+    tails[i] =
+      `${message.data ? '",' : ''}${attributes}"messageId":"${message.messageId}","publishTime":"${message.publishTime}"${orderingKey}}}`;
     length += heads[i].length + base64Length(message.data) + tails[i].length;
   }
   const restJson = rest && Object.keys(rest).length > 0 ? asciiJson(rest).slice(1, -1) : '';

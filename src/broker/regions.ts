@@ -54,7 +54,10 @@ export class Regions {
   /** The local region, then the others in name order. */
   private readonly localFirstOrder: readonly Region[];
 
-  constructor(readonly local: Region, others: Region[] = []) {
+  constructor(
+    readonly local: Region,
+    others: Region[] = [],
+  ) {
     this.all = [local, ...others].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     this.multiRegion = others.length > 0;
     this.byNames = new Map(this.all.map((region) => [region.name, region]));

@@ -48,7 +48,9 @@ export async function guardStorageFormat(region: Region, options: StorageGuardOp
       if (stopped) return;
       if (performance.now() - loggedAt >= FAILURE_LOG_INTERVAL_MS) {
         loggedAt = performance.now();
-        options.log(`storage format check of region ${region.name || '(default)'} failed, retrying: ${(error as Error).message}`);
+        options.log(
+          `storage format check of region ${region.name || '(default)'} failed, retrying: ${(error as Error).message}`,
+        );
       }
       // Not connected any more: the next 'ready' checks again.
       if (redis.status === 'ready') retry = setTimeout(() => void check(), RETRY_MS).unref();

@@ -28,9 +28,22 @@ export interface StreamingOptions {
 
 /** WebSocket close codes: 4000 + the canonical gRPC code, so clients can tell retryable ones. */
 const GRPC_CODES: Record<string, number> = {
-  CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5, ALREADY_EXISTS: 6,
-  PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10, OUT_OF_RANGE: 11,
-  UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  DATA_LOSS: 15,
+  UNAUTHENTICATED: 16,
 };
 export const closeCodeFor = (error: ApiError) => 4000 + (GRPC_CODES[error.status] ?? 2);
 /**
@@ -149,7 +162,8 @@ export class StreamingSession {
     }
     if (!this.record) await this.start(frame);
     else this.checkLaterFrame(frame);
-    const isKeepAlive = !frame.ackIds?.length && !frame.modifyDeadlineAckIds?.length && frame.streamAckDeadlineSeconds === undefined;
+    const isKeepAlive =
+      !frame.ackIds?.length && !frame.modifyDeadlineAckIds?.length && frame.streamAckDeadlineSeconds === undefined;
     if (frame.ackIds?.length) await this.acknowledge(frame.ackIds);
     if (frame.modifyDeadlineAckIds?.length || frame.modifyDeadlineSeconds?.length) await this.modify(frame);
     if (isKeepAlive && this.sentProperties) this.send({});
@@ -157,7 +171,9 @@ export class StreamingSession {
 
   private async start(frame: StreamingPullFrame): Promise<void> {
     if (frame.subscription !== undefined && frame.subscription !== this.name.full) {
-      throw invalidArgument(`The subscription in the first frame (${frame.subscription}) does not match the path (${this.name.full}).`);
+      throw invalidArgument(
+        `The subscription in the first frame (${frame.subscription}) does not match the path (${this.name.full}).`,
+      );
     }
     if (frame.streamAckDeadlineSeconds === undefined) {
       throw invalidArgument('The first streaming pull frame must set streamAckDeadlineSeconds (10 to 600).');
@@ -168,19 +184,29 @@ export class StreamingSession {
     this.record = await this.subscriptions.read(this.name);
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
-    this.heartbeat = setInterval(() => {
-      // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
-      // subscriptionProperties) or a delete (closed with NOT_FOUND) without a publish.
-      this.queue = this.queue.then(() => this.refreshAndTouch()).catch((error) => this.fail(error));
-      if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
-    }, Math.max(10, Math.floor(this.options.heartbeatMs / 2)));
+    this.heartbeat = setInterval(
+      () => {
+        // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
+        // subscriptionProperties) or a delete (closed with NOT_FOUND) without a publish.
+        this.queue = this.queue.then(() => this.refreshAndTouch()).catch((error) => this.fail(error));
+        if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
+      },
+      Math.max(10, Math.floor(this.options.heartbeatMs / 2)),
+    );
     this.heartbeat.unref();
     void this.deliverLoop().catch((error) => this.fail(error));
   }
 
   private checkLaterFrame(frame: StreamingPullFrame): void {
-    for (const field of ['subscription', 'clientId', 'maxOutstandingMessages', 'maxOutstandingBytes', 'protocolVersion'] as const) {
-      if (frame[field] !== undefined) throw invalidArgument(`"${field}" may only be set in the first streaming pull frame.`);
+    for (const field of [
+      'subscription',
+      'clientId',
+      'maxOutstandingMessages',
+      'maxOutstandingBytes',
+      'protocolVersion',
+    ] as const) {
+      if (frame[field] !== undefined)
+        throw invalidArgument(`"${field}" may only be set in the first streaming pull frame.`);
     }
   }
 
@@ -209,7 +235,11 @@ export class StreamingSession {
       if (seconds[i] < 0 || seconds[i] > 600) throw invalidArgument('modifyDeadlineSeconds must be between 0 and 600.');
       bySeconds.set(seconds[i], [...(bySeconds.get(seconds[i]) ?? []), ackId]);
     });
-    const confirmation = { ackIds: [] as string[], invalidAckIds: [] as string[], temporaryFailedAckIds: [] as string[] };
+    const confirmation = {
+      ackIds: [] as string[],
+      invalidAckIds: [] as string[],
+      temporaryFailedAckIds: [] as string[],
+    };
     for (const [deadline, group] of bySeconds) {
       const outcome = await this.delivery.modifyDeliveries(this.record!, group, deadline);
       if (deadline === 0) {
@@ -288,7 +318,12 @@ export class StreamingSession {
           const undelivered = this.deliver(this.withinByteBudget(received));
           // Leased but not handed to the client (over the byte budget, or the stream closed
           // meanwhile): give them back at once instead of leaving them leased until the deadline.
-          if (undelivered.length > 0) await this.delivery.modifyDeliveries(this.record!, undelivered.map((m) => m.ackId), 0);
+          if (undelivered.length > 0)
+            await this.delivery.modifyDeliveries(
+              this.record!,
+              undelivered.map((m) => m.ackId),
+              0,
+            );
           continue;
         }
         const dueMs = nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1;
@@ -312,7 +347,8 @@ export class StreamingSession {
     const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
     for (const message of received.fits) {
       const { region, seq } = message.delivery;
-      const orderingKey = message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
+      const orderingKey =
+        message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
       this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq: Number(seq) });
     }
     return received.over;
@@ -407,4 +443,6 @@ function failed(outcome: SettleOutcome, code: AckFailureCode): string[] {
 }
 
 const sameProperties = (a: Properties, b: Properties | undefined) =>
-  b !== undefined && a.exactlyOnceDeliveryEnabled === b.exactlyOnceDeliveryEnabled && a.messageOrderingEnabled === b.messageOrderingEnabled;
+  b !== undefined &&
+  a.exactlyOnceDeliveryEnabled === b.exactlyOnceDeliveryEnabled &&
+  a.messageOrderingEnabled === b.messageOrderingEnabled;

@@ -153,7 +153,9 @@ export class SubscriptionService {
       }
       if ((UNSUPPORTED_FIELDS as readonly string[]).includes(path)) throw notImplemented(path);
       if (!(MUTABLE_FIELDS as readonly string[]).includes(path)) {
-        throw invalidArgument(`Invalid update_mask provided in the UpdateSubscriptionRequest: unknown field name "${path}".`);
+        throw invalidArgument(
+          `Invalid update_mask provided in the UpdateSubscriptionRequest: unknown field name "${path}".`,
+        );
       }
     }
     if (paths.includes('pushConfig')) refusePushEndpoint(body.pushConfig);
@@ -166,7 +168,8 @@ export class SubscriptionService {
       if (has('ackDeadlineSeconds')) {
         next.ackDeadlineSeconds = checkAckDeadline(body.ackDeadlineSeconds, next.enableExactlyOnceDelivery === true);
       }
-      if (has('messageRetentionDuration')) next.messageRetentionDuration = checkRetention(body.messageRetentionDuration);
+      if (has('messageRetentionDuration'))
+        next.messageRetentionDuration = checkRetention(body.messageRetentionDuration);
       if (has('expirationPolicy')) next.expirationPolicy = checkExpiration(body.expirationPolicy);
       if (has('labels')) {
         if (body.labels && Object.keys(body.labels).length > 0) next.labels = body.labels;
@@ -179,7 +182,9 @@ export class SubscriptionService {
 
   async delete(name: ResourceName): Promise<void> {
     this.regions.requireLocal();
-    await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) => tombstoneOf(record, version));
+    await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
+      tombstoneOf(record, version),
+    );
   }
 
   /** Records that a stream is using the subscription (its expiration counts from the last use). */
@@ -213,7 +218,11 @@ export class SubscriptionService {
         const arbiter = this.regions.arbiter();
         const json = await this.controlPlane.readState(arbiter, 'subscription', record.name);
         if (json !== entries[i + 1]) continue;
-        if ((await this.controlPlane.write('subscription', arbiter, json, tombstoneOf(record, versionOf(json) + 1))) === 'written') expired++;
+        if (
+          (await this.controlPlane.write('subscription', arbiter, json, tombstoneOf(record, versionOf(json) + 1))) ===
+          'written'
+        )
+          expired++;
       }
     } while (cursor !== '0');
     return expired;
@@ -231,7 +240,9 @@ export class SubscriptionService {
       .map((json) => JSON.parse(json) as SubscriptionRecord);
     const topicNames = [...new Set(records.map((record) => record.topic))];
     const topicJson = topicNames.length ? await redis.hmget(keys.topics, ...topicNames) : [];
-    const liveTopics = new Map(topicNames.map((topic, i) => [topic, topicJson[i] ? (JSON.parse(topicJson[i]!) as TopicRecord) : undefined]));
+    const liveTopics = new Map(
+      topicNames.map((topic, i) => [topic, topicJson[i] ? (JSON.parse(topicJson[i]!) as TopicRecord) : undefined]),
+    );
     const subscriptions = records.map((record) => renderSubscription(record, liveTopics.get(record.topic)));
     return { ...(subscriptions.length ? { subscriptions } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
   }
@@ -264,9 +275,11 @@ export class SubscriptionService {
   /** The latest use of the subscription in any usable region (undefined: none recorded). */
   private async lastActiveUs(record: SubscriptionRecord): Promise<number | undefined> {
     const times = await Promise.all(
-      this.regions.localFirst().map(({ ctx }) =>
-        ctx.redis.hget(ctx.keys.topicData(record.topicUid).subscription(record.uid).config, 'activeAt'),
-      ),
+      this.regions
+        .localFirst()
+        .map(({ ctx }) =>
+          ctx.redis.hget(ctx.keys.topicData(record.topicUid).subscription(record.uid).config, 'activeAt'),
+        ),
     );
     const known = times.filter((time): time is string => time !== null).map(Number);
     return known.length > 0 ? Math.max(...known) : undefined;
@@ -279,7 +292,11 @@ export class SubscriptionService {
   }
 }
 
-function setFlag(record: SubscriptionRecord, field: 'enableExactlyOnceDelivery' | 'retainAckedMessages', value?: boolean) {
+function setFlag(
+  record: SubscriptionRecord,
+  field: 'enableExactlyOnceDelivery' | 'retainAckedMessages',
+  value?: boolean,
+) {
   if (value) record[field] = true;
   else delete record[field];
 }

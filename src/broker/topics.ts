@@ -1,11 +1,6 @@
 import { invalidArgument, notFound } from '../errors.ts';
 import { notImplemented, parseBody } from '../schemas/common.ts';
-import {
-  topicBodySchema,
-  UNSUPPORTED_TOPIC_FIELDS,
-  updateTopicBodySchema,
-  type TopicBody,
-} from '../schemas/topics.ts';
+import { topicBodySchema, UNSUPPORTED_TOPIC_FIELDS, updateTopicBodySchema, type TopicBody } from '../schemas/topics.ts';
 import { newUid, type ControlPlane, type Tombstone } from './control-plane.ts';
 import { checkDuration } from './durations.ts';
 import type { ResourceName } from './names.ts';
@@ -56,7 +51,12 @@ export class TopicService {
     refuseUnsupported(body);
     const settings = this.checkSettingsAndRegions(body);
     this.regions.requireLocal();
-    const record = await this.controlPlane.create<TopicRecord>('topic', name, (version) => ({ name: name.full, uid: newUid(), version, ...settings }));
+    const record = await this.controlPlane.create<TopicRecord>('topic', name, (version) => ({
+      name: name.full,
+      uid: newUid(),
+      version,
+      ...settings,
+    }));
     return renderTopic(record);
   }
 
@@ -97,7 +97,11 @@ export class TopicService {
 
   async delete(name: ResourceName): Promise<void> {
     this.regions.requireLocal();
-    await this.controlPlane.replace('topic', name, (record: TopicRecord, version): Tombstone => ({ name: name.full, version, deleted: true, uid: record.uid }));
+    await this.controlPlane.replace(
+      'topic',
+      name,
+      (record: TopicRecord, version): Tombstone => ({ name: name.full, version, deleted: true, uid: record.uid }),
+    );
   }
 
   async list(project: string, page: PageRequest): Promise<{ topics?: Topic[]; nextPageToken?: string }> {
@@ -112,7 +116,10 @@ export class TopicService {
     return { ...(topics.length ? { topics } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
   }
 
-  async listSubscriptions(name: ResourceName, page: PageRequest): Promise<{ subscriptions?: string[]; nextPageToken?: string }> {
+  async listSubscriptions(
+    name: ResourceName,
+    page: PageRequest,
+  ): Promise<{ subscriptions?: string[]; nextPageToken?: string }> {
     const record = await this.read(name);
     const { ctx } = this.regions.local;
     const { names, nextPageToken } = await readNamePage(
@@ -146,7 +153,10 @@ export function checkBodyName(bodyName: string | undefined, name: ResourceName):
 function refuseUnsupported(body: TopicBody): void {
   for (const field of UNSUPPORTED_TOPIC_FIELDS) {
     const value = body[field];
-    const empty = value === undefined || value === '' || (typeof value === 'object' && value !== null && Object.keys(value).length === 0);
+    const empty =
+      value === undefined ||
+      value === '' ||
+      (typeof value === 'object' && value !== null && Object.keys(value).length === 0);
     if (!empty) throw notImplemented(field);
   }
 }

@@ -1,7 +1,13 @@
 import { toBase64, utf8Encode } from './encoding.ts';
 import { PubSubError } from './errors.ts';
 import { Subscriber, type MessageHandler } from './subscriber.ts';
-import type { FetchLike, PubSubClientOptions, PublishMessage, SubscribeOptions, WebSocketConstructor } from './types.ts';
+import type {
+  FetchLike,
+  PubSubClientOptions,
+  PublishMessage,
+  SubscribeOptions,
+  WebSocketConstructor,
+} from './types.ts';
 
 /** The broker's publish limits: 1000 messages per request, 10 MB of data (here counted base64-encoded). */
 const MAX_BATCH_MESSAGES = 1000;
@@ -75,7 +81,10 @@ export class PubSubClient {
       if (message.orderingKey) wire.orderingKey = message.orderingKey;
       const key = message.orderingKey ?? '';
       const bytes = JSON.stringify(wire).length;
-      if (batch.length > 0 && (key !== batchKey || batch.length >= MAX_BATCH_MESSAGES || batchBytes + bytes > MAX_BATCH_BYTES)) {
+      if (
+        batch.length > 0 &&
+        (key !== batchKey || batch.length >= MAX_BATCH_MESSAGES || batchBytes + bytes > MAX_BATCH_BYTES)
+      ) {
         await send();
       }
       batch.push(wire);
@@ -94,7 +103,9 @@ export class PubSubClient {
   subscribe(subscription: string, handler: MessageHandler, options: SubscribeOptions = {}): Subscriber {
     const WebSocketImpl = this.WebSocketImpl;
     if (!WebSocketImpl) {
-      throw new TypeError("No WebSocket implementation: pass { WebSocket } (in Node 20, import { WebSocket } from 'ws').");
+      throw new TypeError(
+        "No WebSocket implementation: pass { WebSocket } (in Node 20, import { WebSocket } from 'ws').",
+      );
     }
     const name = this.subscriptionName(subscription);
     const path = encodePath(name);
@@ -128,15 +139,21 @@ export class PubSubClient {
       ({ status, ok } = response);
       text = await response.text();
     } catch (error) {
-      throw new PubSubError('UNAVAILABLE', `The broker cannot be reached: ${error instanceof Error ? error.message : String(error)}`, {
-        retryable: true,
-      });
+      throw new PubSubError(
+        'UNAVAILABLE',
+        `The broker cannot be reached: ${error instanceof Error ? error.message : String(error)}`,
+        {
+          retryable: true,
+        },
+      );
     }
     if (!ok) throw PubSubError.fromResponse(status, text);
     try {
       return text ? (JSON.parse(text) as unknown) : {};
     } catch {
-      throw new PubSubError('INTERNAL', `The broker answered ${status} with a body that is not JSON.`, { httpStatus: status });
+      throw new PubSubError('INTERNAL', `The broker answered ${status} with a body that is not JSON.`, {
+        httpStatus: status,
+      });
     }
   }
 }
@@ -145,7 +162,9 @@ function fullName(collection: 'topics' | 'subscriptions', projectId: string, nam
   if (name.startsWith('projects/')) {
     const parts = name.split('/');
     if (parts.length !== 4 || parts[2] !== collection || !parts[1] || !parts[3]) {
-      throw new TypeError(`Expected a ${collection} name like projects/{project}/${collection}/{id}, not ${JSON.stringify(name)}.`);
+      throw new TypeError(
+        `Expected a ${collection} name like projects/{project}/${collection}/{id}, not ${JSON.stringify(name)}.`,
+      );
     }
     return name;
   }

@@ -1,8 +1,22 @@
 /** Canonical gRPC status names, indexed by their code. */
 const STATUS_NAMES = [
-  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS',
-  'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE',
-  'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS', 'UNAUTHENTICATED',
+  'OK',
+  'CANCELLED',
+  'UNKNOWN',
+  'INVALID_ARGUMENT',
+  'DEADLINE_EXCEEDED',
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED',
+  'FAILED_PRECONDITION',
+  'ABORTED',
+  'OUT_OF_RANGE',
+  'UNIMPLEMENTED',
+  'INTERNAL',
+  'UNAVAILABLE',
+  'DATA_LOSS',
+  'UNAUTHENTICATED',
 ] as const;
 
 /**
@@ -83,16 +97,35 @@ export class PubSubError extends Error {
       }
     }
     const status =
-      body?.status ?? (code >= 4000 && code < 4000 + STATUS_NAMES.length ? STATUS_NAMES[code - 4000] : code === 1006 ? 'UNAVAILABLE' : 'UNKNOWN');
-    const message = body?.message ?? (code === 1006 ? 'The connection to the broker was lost.' : `The stream closed with code ${code}.`);
-    return new PubSubError(status, message, { closeCode: code, retryable: isRetryableCloseCode(code), details: body?.details });
+      body?.status ??
+      (code >= 4000 && code < 4000 + STATUS_NAMES.length
+        ? STATUS_NAMES[code - 4000]
+        : code === 1006
+          ? 'UNAVAILABLE'
+          : 'UNKNOWN');
+    const message =
+      body?.message ??
+      (code === 1006 ? 'The connection to the broker was lost.' : `The stream closed with code ${code}.`);
+    return new PubSubError(status, message, {
+      closeCode: code,
+      retryable: isRetryableCloseCode(code),
+      details: body?.details,
+    });
   }
 }
 
 function statusForHttp(httpStatus: number): string {
   const byHttp: Record<number, string> = {
-    400: 'INVALID_ARGUMENT', 401: 'UNAUTHENTICATED', 403: 'PERMISSION_DENIED', 404: 'NOT_FOUND', 409: 'ALREADY_EXISTS',
-    429: 'RESOURCE_EXHAUSTED', 499: 'CANCELLED', 501: 'UNIMPLEMENTED', 503: 'UNAVAILABLE', 504: 'DEADLINE_EXCEEDED',
+    400: 'INVALID_ARGUMENT',
+    401: 'UNAUTHENTICATED',
+    403: 'PERMISSION_DENIED',
+    404: 'NOT_FOUND',
+    409: 'ALREADY_EXISTS',
+    429: 'RESOURCE_EXHAUSTED',
+    499: 'CANCELLED',
+    501: 'UNIMPLEMENTED',
+    503: 'UNAVAILABLE',
+    504: 'DEADLINE_EXCEEDED',
   };
   return byHttp[httpStatus] ?? (httpStatus >= 500 ? 'INTERNAL' : 'UNKNOWN');
 }

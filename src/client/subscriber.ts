@@ -183,7 +183,11 @@ export class Subscriber {
     this.maxBytes = integerOption('maxOutstandingBytes', options.maxOutstandingBytes ?? 0, 0);
     this.maxExtensionMs = 1000 * numberOption('maxExtensionSeconds', options.maxExtensionSeconds ?? 3600, 0);
     this.initialDelayMs = numberOption('reconnect.initialDelayMs', options.reconnect?.initialDelayMs ?? 100, 1);
-    this.maxDelayMs = numberOption('reconnect.maxDelayMs', options.reconnect?.maxDelayMs ?? 10_000, this.initialDelayMs);
+    this.maxDelayMs = numberOption(
+      'reconnect.maxDelayMs',
+      options.reconnect?.maxDelayMs ?? 10_000,
+      this.initialDelayMs,
+    );
     this.closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs ?? 30_000, 0);
     this.clientId = options.clientId ?? randomId();
     if (options.onError) this.errorListeners.add(options.onError);
@@ -243,12 +247,21 @@ export class Subscriber {
     try {
       ws = new this.ctx.WebSocket(this.ctx.streamUrl);
     } catch (error) {
-      this.fail(new PubSubError('INVALID_ARGUMENT', `Cannot open a WebSocket to ${this.ctx.streamUrl}: ${describe(error)}`));
+      this.fail(
+        new PubSubError('INVALID_ARGUMENT', `Cannot open a WebSocket to ${this.ctx.streamUrl}: ${describe(error)}`),
+      );
       return;
     }
     const now = Date.now();
     const conn: Connection = {
-      ws, open: false, createdAt: now, lastReceivedAt: now, keepAliveSentAt: 0, emptyFrames: 0, ackFrames: [], modFrames: [],
+      ws,
+      open: false,
+      createdAt: now,
+      lastReceivedAt: now,
+      keepAliveSentAt: 0,
+      emptyFrames: 0,
+      ackFrames: [],
+      modFrames: [],
     };
     this.conn = conn;
     ws.addEventListener('open', () => {
@@ -268,7 +281,11 @@ export class Subscriber {
         this.onFrame(conn, event.data);
       } catch (error) {
         // Never let a surprise escape into the WebSocket's event loop (in Node: an uncaught exception).
-        this.emitError(new PubSubError('INTERNAL', `A streaming pull frame could not be handled: ${describe(error)}`, { retryable: true }));
+        this.emitError(
+          new PubSubError('INTERNAL', `A streaming pull frame could not be handled: ${describe(error)}`, {
+            retryable: true,
+          }),
+        );
       }
     });
     ws.addEventListener('close', (event: { code?: number; reason?: string }) => {
@@ -286,7 +303,11 @@ export class Subscriber {
       frame = JSON.parse(text) as ServerFrame;
       if (frame === null || typeof frame !== 'object') throw new Error('not an object');
     } catch {
-      this.emitError(new PubSubError('INTERNAL', 'The broker sent a streaming pull frame that is not a JSON object.', { retryable: true }));
+      this.emitError(
+        new PubSubError('INTERNAL', 'The broker sent a streaming pull frame that is not a JSON object.', {
+          retryable: true,
+        }),
+      );
       return;
     }
     conn.lastReceivedAt = Date.now();
@@ -331,7 +352,10 @@ export class Subscriber {
     this.requeueUnconfirmed(conn);
     if (this.currentState === 'closing' || this.currentState === 'closed') return;
     const error = PubSubError.fromClose(code, reason, conn.error);
-    if (!error.retryable) return this.fail(error);
+    if (!error.retryable) {
+      this.fail(error);
+      return;
+    }
     this.emitError(error);
     this.setState('reconnecting');
     const base = Math.min(this.maxDelayMs, this.initialDelayMs * 2 ** Math.min(this.attempt, 30));
@@ -405,7 +429,11 @@ export class Subscriber {
           settle: (kind) => this.settle(lease, kind),
         });
       } catch (error) {
-        this.emitError(new PubSubError('INTERNAL', `Message ${wire?.messageId} could not be decoded: ${describe(error)}`, { retryable: true }));
+        this.emitError(
+          new PubSubError('INTERNAL', `Message ${wire?.messageId} could not be decoded: ${describe(error)}`, {
+            retryable: true,
+          }),
+        );
         this.enqueue(this.newSettlement('nack', ackId));
         continue;
       }
@@ -481,9 +509,11 @@ export class Subscriber {
     try {
       result = this.handler(lease.message);
     } catch (error) {
-      return failed(error);
+      failed(error);
+      return;
     }
-    if (result && typeof (result as PromiseLike<void>).then === 'function') (result as PromiseLike<void>).then(finish, failed);
+    if (result && typeof (result as PromiseLike<void>).then === 'function')
+      (result as PromiseLike<void>).then(finish, failed);
     else finish();
   }
 
@@ -515,7 +545,8 @@ export class Subscriber {
       this.resolve(settlement, 'OTHER');
       return settlement.promise;
     }
-    if (kind === 'ack' && !this.properties?.exactlyOnceDeliveryEnabled) this.acked.set(lease.message.messageId, settlement);
+    if (kind === 'ack' && !this.properties?.exactlyOnceDeliveryEnabled)
+      this.acked.set(lease.message.messageId, settlement);
     this.enqueue(settlement);
     // The broker sends a nacked keyed message and the later ones of its key again, in order:
     // those waiting here are dropped (and nacked, which frees the broker's flow control at once).
@@ -535,7 +566,15 @@ export class Subscriber {
     let resolve!: (response: AckResponse) => void;
     const promise = new Promise<AckResponse>((done) => (resolve = done));
     const settlement: Settlement = {
-      kind, ackId, messageId, promise, resolve, queued: false, retries: 0, maybeApplied: false, sentAt: Date.now(),
+      kind,
+      ackId,
+      messageId,
+      promise,
+      resolve,
+      queued: false,
+      retries: 0,
+      maybeApplied: false,
+      sentAt: Date.now(),
     };
     this.pending.add(settlement);
     return settlement;
@@ -546,7 +585,11 @@ export class Subscriber {
     settlement.result = response;
     this.pending.delete(settlement);
     // The user was told this ack failed: a redelivery is theirs to handle again.
-    if (response !== 'SUCCESS' && settlement.messageId !== undefined && this.acked.get(settlement.messageId) === settlement) {
+    if (
+      response !== 'SUCCESS' &&
+      settlement.messageId !== undefined &&
+      this.acked.get(settlement.messageId) === settlement
+    ) {
       this.acked.delete(settlement.messageId);
     }
     settlement.resolve(response);
@@ -584,7 +627,8 @@ export class Subscriber {
     while (queue.length > 0) {
       const batch = queue.slice(0, MAX_IDS_PER_FRAME);
       const ackIds = batch.map((settlement) => settlement.ackId);
-      const frame = kind === 'ack' ? { ackIds } : { modifyDeadlineAckIds: ackIds, modifyDeadlineSeconds: ackIds.map(() => 0) };
+      const frame =
+        kind === 'ack' ? { ackIds } : { modifyDeadlineAckIds: ackIds, modifyDeadlineSeconds: ackIds.map(() => 0) };
       if (!this.send(conn, frame)) return; // still queued; the close handler takes over
       queue.splice(0, batch.length);
       const now = Date.now();
@@ -594,7 +638,8 @@ export class Subscriber {
         return { ackId: settlement.ackId, settlement };
       });
       (kind === 'ack' ? conn.ackFrames : conn.modFrames).push({ kind, sentAt: now, items });
-      if (!this.properties?.exactlyOnceDeliveryEnabled) for (const settlement of batch) this.resolve(settlement, 'SUCCESS');
+      if (!this.properties?.exactlyOnceDeliveryEnabled)
+        for (const settlement of batch) this.resolve(settlement, 'SUCCESS');
     }
   }
 
@@ -625,7 +670,10 @@ export class Subscriber {
     for (const { ackId, settlement } of frame.items) {
       if (!settlement || settlement.ackId !== ackId || settlement.queued || settlement.result !== undefined) continue;
       const response = outcome.get(ackId) ?? 'OTHER';
-      if ((response === 'TEMPORARY_FAILURE' || response === 'UNORDERED') && settlement.retries < MAX_TRANSIENT_RETRIES) {
+      if (
+        (response === 'TEMPORARY_FAILURE' || response === 'UNORDERED') &&
+        settlement.retries < MAX_TRANSIENT_RETRIES
+      ) {
         this.retryLater(settlement, 100 * 2 ** settlement.retries++);
       } else {
         this.resolve(settlement, response === 'INVALID' && settlement.maybeApplied ? 'OTHER' : response);
@@ -708,7 +756,11 @@ export class Subscriber {
         ),
       };
       if (!this.send(conn, frame)) return;
-      conn.modFrames.push({ kind: 'extend', sentAt: now, items: chunk.map((lease) => ({ ackId: lease.ackId, lease })) });
+      conn.modFrames.push({
+        kind: 'extend',
+        sentAt: now,
+        items: chunk.map((lease) => ({ ackId: lease.ackId, lease })),
+      });
     }
   }
 
@@ -742,7 +794,10 @@ export class Subscriber {
       const barrier = conn.emptyFrames;
       const sentBefore = () =>
         [...conn.ackFrames, ...conn.modFrames].every((frame) =>
-          frame.items.every(({ ackId, settlement }) => !settlement || settlement.result !== undefined || settlement.ackId !== ackId || settlement.queued),
+          frame.items.every(
+            ({ ackId, settlement }) =>
+              !settlement || settlement.result !== undefined || settlement.ackId !== ackId || settlement.queued,
+          ),
         );
       this.send(conn, {});
       await this.waitUntil(() => this.conn !== conn || (conn.emptyFrames > barrier && sentBefore()), deadline);
@@ -783,7 +838,9 @@ export class Subscriber {
               : code === undefined
                 ? 'SUCCESS'
                 : code === 'PERMANENT_FAILURE_INVALID_ACK_ID'
-                  ? settlement.maybeApplied ? 'OTHER' : 'INVALID'
+                  ? settlement.maybeApplied
+                    ? 'OTHER'
+                    : 'INVALID'
                   : code === 'TRANSIENT_FAILURE_UNORDERED_ACK_ID'
                     ? 'UNORDERED'
                     : code.startsWith('TRANSIENT_')
@@ -801,7 +858,8 @@ export class Subscriber {
     if (this.currentState === 'closed') return;
     clearInterval(this.leaseTimer);
     clearInterval(this.keepAliveTimer);
-    for (const timer of [this.flushTimer, this.reconnectTimer, ...this.retryTimers.keys()]) if (timer !== undefined) clearTimeout(timer);
+    for (const timer of [this.flushTimer, this.reconnectTimer, ...this.retryTimers.keys()])
+      if (timer !== undefined) clearTimeout(timer);
     this.retryTimers.clear();
     this.flushTimer = this.reconnectTimer = undefined;
     const conn = this.conn;
@@ -858,13 +916,16 @@ export class Subscriber {
 
 function integerOption(name: string, value: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (!Number.isInteger(value) || value < min || value > max) {
-    throw new RangeError(`${name} must be an integer from ${min}${max < Number.MAX_SAFE_INTEGER ? ` to ${max}` : ''}, not ${value}.`);
+    throw new RangeError(
+      `${name} must be an integer from ${min}${max < Number.MAX_SAFE_INTEGER ? ` to ${max}` : ''}, not ${value}.`,
+    );
   }
   return value;
 }
 
 function numberOption(name: string, value: number, min: number): number {
-  if (typeof value !== 'number' || Number.isNaN(value) || value < min) throw new RangeError(`${name} must be a number >= ${min}, not ${value}.`);
+  if (typeof value !== 'number' || Number.isNaN(value) || value < min)
+    throw new RangeError(`${name} must be a number >= ${min}, not ${value}.`);
   return value;
 }
 

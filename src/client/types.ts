@@ -6,6 +6,7 @@ export interface WebSocketLike {
   readonly readyState: number;
   send(data: string): void;
   close(code?: number, reason?: string): void;
+  // biome-ignore lint/suspicious/noExplicitAny: the browser's and the ws package's event types differ; any lets both fit
   addEventListener(type: 'open' | 'message' | 'close' | 'error', listener: (event: any) => void): void;
 }
 

@@ -76,15 +76,24 @@ export class ManagedRedis {
 
   private spawn(binary: string): void {
     const args = [
-      '--port', String(this.options.port),
-      '--bind', '127.0.0.1',
-      '--dir', this.dataDir,
-      '--appendonly', 'yes',
-      '--appendfsync', this.options.appendfsync,
-      '--save', '',
-      '--maxmemory-policy', 'noeviction',
-      '--pidfile', join(this.dataDir, 'redis.pid'),
-      '--logfile', join(this.dataDir, 'redis.log'),
+      '--port',
+      String(this.options.port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      this.dataDir,
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      this.options.appendfsync,
+      '--save',
+      '',
+      '--maxmemory-policy',
+      'noeviction',
+      '--pidfile',
+      join(this.dataDir, 'redis.pid'),
+      '--logfile',
+      join(this.dataDir, 'redis.log'),
     ];
     // Detached: a terminal's Ctrl-C reaches only the broker, which then stops Redis cleanly.
     const child = spawn(binary, args, { stdio: 'ignore', detached: true });
@@ -140,7 +149,9 @@ export class ManagedRedis {
 }
 
 function findRedisServer(configured: string | undefined): string {
-  const candidates = configured ? [configured] : (process.env.PATH ?? '').split(delimiter).map((dir) => join(dir, 'redis-server'));
+  const candidates = configured
+    ? [configured]
+    : (process.env.PATH ?? '').split(delimiter).map((dir) => join(dir, 'redis-server'));
   for (const candidate of candidates) {
     try {
       accessSync(candidate, constants.X_OK);

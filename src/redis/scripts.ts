@@ -13,7 +13,7 @@ import { masterNodes } from './nodes.ts';
  */
 export type RedisClient = Redis | Cluster;
 
-const LUA_DIR = packagePath('src', 'lua') + '/';
+const LUA_DIR = `${packagePath('src', 'lua')}/`;
 const PRELUDE_FILE = 'prelude.lua';
 
 export const SCRIPT_NAMES = [
@@ -61,7 +61,9 @@ function loadScriptSources(): Map<ScriptName, string> {
 
 export class Scripts {
   private readonly sources = loadScriptSources();
-  private readonly shas = new Map([...this.sources].map(([name, lua]) => [name, createHash('sha1').update(lua).digest('hex')]));
+  private readonly shas = new Map(
+    [...this.sources].map(([name, lua]) => [name, createHash('sha1').update(lua).digest('hex')]),
+  );
 
   constructor(private readonly redis: RedisClient) {
     for (const [name, lua] of this.sources) {
@@ -84,7 +86,10 @@ export class Scripts {
   async runEncoded(name: ScriptName, keys: string[], args: string[], trailing: BulkStrings): Promise<unknown> {
     const routing = this.evalshaHead(name, keys);
     return this.loadingScriptsOnNoscript(
-      () => this.redis.sendCommand(new BinaryArgsCommand('evalsha', [...routing, ...args], trailing, routing)) as Promise<unknown>,
+      () =>
+        this.redis.sendCommand(
+          new BinaryArgsCommand('evalsha', [...routing, ...args], trailing, routing),
+        ) as Promise<unknown>,
     );
   }
 
@@ -103,7 +108,13 @@ export class Scripts {
    * key is deleted once all three have answered; the TTL covers a broker that stops before that.
    * On NOSCRIPT every script is loaded and all three are sent again.
    */
-  async runStaged(name: ScriptName, keys: string[], args: string[], stagingKey: string, trailing: BulkStrings): Promise<unknown> {
+  async runStaged(
+    name: ScriptName,
+    keys: string[],
+    args: string[],
+    stagingKey: string,
+    trailing: BulkStrings,
+  ): Promise<unknown> {
     const routing = this.evalshaHead(name, keys);
     return this.loadingScriptsOnNoscript(async () => {
       const [staged, , script] = await Promise.allSettled([
@@ -138,7 +149,9 @@ export class Scripts {
 
   /** Loads every script into the Redis script cache (used by readiness checks). */
   async loadAll(): Promise<void> {
-    await Promise.all(masterNodes(this.redis).flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))));
+    await Promise.all(
+      masterNodes(this.redis).flatMap((node) => [...this.sources.values()].map((lua) => node.script('LOAD', lua))),
+    );
   }
 
   private caller(command: string): ScriptCaller {

@@ -42,12 +42,15 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
     for (const state of await scanKeys(redis, keys.everyTopicData('state'))) {
       const [seq, block] = await redis.hmget(state, 'seq', 'block');
       // Format 2 numbers seqs in blocks of SEQS_PER_BLOCK: the next publish takes the block after this one.
-      if (seq !== null && block === null) await redis.hsetnx(state, 'block', String(Math.floor(Number(seq) / SEQS_PER_BLOCK)));
+      if (seq !== null && block === null)
+        await redis.hsetnx(state, 'block', String(Math.floor(Number(seq) / SEQS_PER_BLOCK)));
     }
   }
   await redis.set(keys.storageFormat, STORAGE_FORMAT, 'NX');
   const claimed = await redis.get(keys.storageFormat);
   // Gone again (a failover lost the write): an error, so the check is tried again.
   if (claimed === null) throw new Error(`${keys.storageFormat} could not be recorded`);
-  return claimed === STORAGE_FORMAT ? undefined : `Another broker recorded storage format ${claimed} at the same time; this broker reads format ${STORAGE_FORMAT}.`;
+  return claimed === STORAGE_FORMAT
+    ? undefined
+    : `Another broker recorded storage format ${claimed} at the same time; this broker reads format ${STORAGE_FORMAT}.`;
 }

@@ -49,7 +49,12 @@ function describeIssues(error: z.ZodError, spelled: Map<string, string>): ApiErr
 /** Labels: at most 64, lowercase keys (Pub/Sub's label rules). */
 export const labelsSchema = z
   .record(
-    z.string().regex(/^[a-z][a-z0-9_-]{0,62}$/, 'label keys start with a lowercase letter and hold at most 63 lowercase letters, digits, "_" or "-"'),
+    z
+      .string()
+      .regex(
+        /^[a-z][a-z0-9_-]{0,62}$/,
+        'label keys start with a lowercase letter and hold at most 63 lowercase letters, digits, "_" or "-"',
+      ),
     z.string().regex(/^[a-z0-9_-]{0,63}$/, 'label values hold at most 63 lowercase letters, digits, "_" or "-"'),
   )
   .refine((labels) => Object.keys(labels).length <= 64, 'at most 64 labels are allowed');

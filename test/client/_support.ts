@@ -53,7 +53,10 @@ export async function startLiveBroker(
   const createPair = async (topic: string, subscription: string, fields: Record<string, unknown> = {}) => {
     const created = await rest('PUT', `/v1/projects/p/topics/${topic}`, {});
     if (created.status !== 200) throw new Error(`create topic: ${JSON.stringify(created)}`);
-    const sub = await rest('PUT', `/v1/projects/p/subscriptions/${subscription}`, { topic: `projects/p/topics/${topic}`, ...fields });
+    const sub = await rest('PUT', `/v1/projects/p/subscriptions/${subscription}`, {
+      topic: `projects/p/topics/${topic}`,
+      ...fields,
+    });
     if (sub.status !== 200) throw new Error(`create subscription: ${JSON.stringify(sub)}`);
   };
   return { app, redis, url, rest, createPair };
@@ -88,7 +91,8 @@ export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve
 
 /** Polls until `condition` holds; fails with `what` after `timeoutMs`. */
 export async function waitFor(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  if (!(await waitUntil(condition, timeoutMs, 10))) throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`);
+  if (!(await waitUntil(condition, timeoutMs, 10)))
+    throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`);
 }
 
 /**

@@ -24,7 +24,10 @@ const CHROMIUM_ARGS = [
 const inCI = !['', '0', 'false'].includes((process.env.CI ?? '').toLowerCase());
 
 if (!existsSync(CHROMIUM) && !inCI) {
-  t.plan(0, `${CHROMIUM} is missing (apt-get install chromium); the browser test runs only where it is installed, and always in CI`);
+  t.plan(
+    0,
+    `${CHROMIUM} is missing (apt-get install chromium); the browser test runs only where it is installed, and always in CI`,
+  );
 } else {
   t.test('browser example', async (t) => {
     t.ok(existsSync(CHROMIUM), `${CHROMIUM} is installed (CI must install it: see .ci/run)`);
@@ -46,7 +49,11 @@ if (!existsSync(CHROMIUM) && !inCI) {
     t.test('same origin: the page shows and acks published messages, and publishes from its form', async (t) => {
       const broker = await startLiveBroker(t, { name: 'browser-same' });
       await broker.createPair('browser-topic', 'browser-sub');
-      const page = await openPage(t, context, `${broker.url}/examples/browser?project=p&topic=browser-topic&subscription=browser-sub`);
+      const page = await openPage(
+        t,
+        context,
+        `${broker.url}/examples/browser?project=p&topic=browser-topic&subscription=browser-sub`,
+      );
 
       const ids = await publish(broker, 'browser-topic', ['first', 'second ✓', 'third']);
       await waitForAcked(page, ids);
@@ -85,7 +92,11 @@ if (!existsSync(CHROMIUM) && !inCI) {
   });
 }
 
-async function openPage(t: { teardown(fn: () => unknown): void; comment(message: string): void }, context: BrowserContext, url: string) {
+async function openPage(
+  t: { teardown(fn: () => unknown): void; comment(message: string): void },
+  context: BrowserContext,
+  url: string,
+) {
   const page = await context.newPage();
   t.teardown(() => page.close());
   page.on('pageerror', (error) => t.comment(`page error: ${error.message}`));
@@ -93,7 +104,9 @@ async function openPage(t: { teardown(fn: () => unknown): void; comment(message:
     if (message.type() === 'error') t.comment(`console: ${message.text()}`);
   });
   await page.goto(url);
-  await page.waitForFunction(() => document.getElementById('state')?.dataset.state === 'open', null, { timeout: 15_000 });
+  await page.waitForFunction(() => document.getElementById('state')?.dataset.state === 'open', null, {
+    timeout: 15_000,
+  });
   return page;
 }
 
@@ -107,7 +120,10 @@ async function publish(broker: LiveBroker, topic: string, texts: string[]): Prom
 
 function waitForAcked(page: Page, ids: string[]) {
   return page.waitForFunction(
-    (wanted) => wanted.every((id) => document.querySelector<HTMLElement>(`li[data-message-id="${id}"]`)?.dataset.status === 'acked'),
+    (wanted) =>
+      wanted.every(
+        (id) => document.querySelector<HTMLElement>(`li[data-message-id="${id}"]`)?.dataset.status === 'acked',
+      ),
     ids,
     { timeout: 15_000 },
   );

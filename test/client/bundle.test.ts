@@ -20,7 +20,9 @@ t.test('src/client typechecks with only ES2022 + DOM typings (no @types/node)', 
     allowImportingTsExtensions: true,
     skipLibCheck: true,
   });
-  const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+  const diagnostics = ts
+    .getPreEmitDiagnostics(program)
+    .map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
   t.same(diagnostics, [], 'no errors: no Buffer, process, node: imports or other Node-only names');
 });
 
@@ -28,7 +30,11 @@ t.test('src/client imports nothing but itself', async (t) => {
   for (const file of readdirSync(CLIENT_DIR).filter((name) => name.endsWith('.ts'))) {
     const source = readFileSync(new URL(file, CLIENT_DIR), 'utf8');
     const imports = [...source.matchAll(/^\s*(?:import|export)\b[^;]*?\bfrom\s+'([^']+)'/gm)].map((match) => match[1]);
-    t.same(imports.filter((path) => !path.startsWith('./')), [], `${file} imports only ./ modules`);
+    t.same(
+      imports.filter((path) => !path.startsWith('./')),
+      [],
+      `${file} imports only ./ modules`,
+    );
   }
 });
 
@@ -64,7 +70,14 @@ t.test('the example routes serve the page, its script and the client bundle', as
 
   // The bundle is a self-contained ES module with the client's exports.
   const module = await import(`data:text/javascript;base64,${Buffer.from(first.body).toString('base64')}`);
-  t.same(Object.keys(module).sort(), ['HandlerError', 'Message', 'PubSubClient', 'PubSubError', 'Subscriber', 'isRetryableCloseCode']);
+  t.same(Object.keys(module).sort(), [
+    'HandlerError',
+    'Message',
+    'PubSubClient',
+    'PubSubError',
+    'Subscriber',
+    'isRetryableCloseCode',
+  ]);
   const client = new module.PubSubClient({ endpoint: 'http://example.test/', projectId: 'p', fetch: async () => ({}) });
   t.equal(client.topicName('t1'), 'projects/p/topics/t1');
 });

@@ -20,10 +20,14 @@ t.test('publish, then subscribe: every message arrives intact and is acked', asy
 
   const got: Message[] = [];
   const states: SubscriberState[] = [];
-  const subscriber = client.subscribe('basic-sub', (message) => {
-    got.push(message);
-    message.ack();
-  }, { onStateChange: (state) => states.push(state) });
+  const subscriber = client.subscribe(
+    'basic-sub',
+    (message) => {
+      got.push(message);
+      message.ack();
+    },
+    { onStateChange: (state) => states.push(state) },
+  );
   await waitFor(() => got.length === 4, '4 messages');
 
   const byId = new Map(got.map((message) => [message.messageId, message]));
@@ -42,7 +46,12 @@ t.test('publish, then subscribe: every message arrives intact and is acked', asy
   t.equal(subscriber.state, 'closed');
   t.same(states, ['open', 'closing', 'closed'], 'state changes');
   t.equal(await subscriber.closed, undefined, 'closed resolves without an error');
-  await assertNothingLeft(t, broker, 'basic-sub', got.map((message) => message.ackId));
+  await assertNothingLeft(
+    t,
+    broker,
+    'basic-sub',
+    got.map((message) => message.ackId),
+  );
 });
 
 t.test('publish splits runs of ordering keys and big lists into several requests, keeping order', async (t) => {
@@ -60,7 +69,11 @@ t.test('publish splits runs of ordering keys and big lists into several requests
   t.equal(ids.length, messages.length);
   t.equal(new Set(ids).size, ids.length, 'distinct IDs');
   const numeric = ids.map(Number);
-  t.same(numeric, [...numeric].sort((a, b) => a - b), 'IDs are assigned in input order');
+  t.same(
+    numeric,
+    [...numeric].sort((a, b) => a - b),
+    'IDs are assigned in input order',
+  );
 
   const error = await client.publish('no-such-topic', [{ data: 'x' }]).catch((e: unknown) => e);
   t.ok(error instanceof PubSubError, 'a REST error rejects with a PubSubError');
@@ -73,7 +86,9 @@ t.test('exactly-once: ackWithResponse reports SUCCESS, and INVALID once the leas
   await broker.createPair('eod-topic', 'eod-sub', { enableExactlyOnceDelivery: true });
   const client = new PubSubClient({ endpoint: broker.url, projectId: 'p', WebSocket });
   const inbox: Message[] = [];
-  const subscriber = client.subscribe('eod-sub', (message) => void inbox.push(message), { streamAckDeadlineSeconds: 30 });
+  const subscriber = client.subscribe('eod-sub', (message) => void inbox.push(message), {
+    streamAckDeadlineSeconds: 30,
+  });
   t.teardown(() => subscriber.close());
   const next = async () => {
     await waitFor(() => inbox.length > 0, 'a message');
@@ -112,11 +127,19 @@ t.test('reconnect: dropped and shut-down streams resume with the same clientId; 
   await broker.createPair('rc-topic', 'rc-sub');
   const recording = recordingWebSocket();
   const restAckIds: string[] = [];
-  const recordingFetch = async (url: string, init: { method: string; headers: Record<string, string>; body?: string }) => {
+  const recordingFetch = async (
+    url: string,
+    init: { method: string; headers: Record<string, string>; body?: string },
+  ) => {
     if (url.endsWith(':acknowledge')) restAckIds.push(...JSON.parse(init.body!).ackIds);
     return fetch(url, init);
   };
-  const client = new PubSubClient({ endpoint: broker.url, projectId: 'p', WebSocket: recording.WebSocket, fetch: recordingFetch });
+  const client = new PubSubClient({
+    endpoint: broker.url,
+    projectId: 'p',
+    WebSocket: recording.WebSocket,
+    fetch: recordingFetch,
+  });
   const TOTAL = 60;
   const handled: string[] = [];
   const ackedIds = new Set<string>();
@@ -135,10 +158,18 @@ t.test('reconnect: dropped and shut-down streams resume with the same clientId; 
       ackIds.push(message.ackId);
       message.ack();
     },
-    { streamAckDeadlineSeconds: 10, maxOutstandingMessages: 20, reconnect: { initialDelayMs: 300, maxDelayMs: 1000 }, onError: (e) => errors.push(e) },
+    {
+      streamAckDeadlineSeconds: 10,
+      maxOutstandingMessages: 20,
+      reconnect: { initialDelayMs: 300, maxDelayMs: 1000 },
+      onError: (e) => errors.push(e),
+    },
   );
   const publishBatch = (from: number, count: number) =>
-    client.publish('rc-topic', Array.from({ length: count }, (_, i) => ({ data: `m${from + i}` })));
+    client.publish(
+      'rc-topic',
+      Array.from({ length: count }, (_, i) => ({ data: `m${from + i}` })),
+    );
 
   await publishBatch(0, 20);
   await waitFor(() => ackedIds.size >= 5, '5 acks before the drop');
@@ -165,11 +196,20 @@ t.test('reconnect: dropped and shut-down streams resume with the same clientId; 
   const closeCodes = errors.map((e) => (e as PubSubError).closeCode);
   t.ok(closeCodes.includes(1006), 'the drop was reported as 1006');
   t.ok(closeCodes.includes(4014), 'the shutdown was reported as 4014');
-  t.ok(errors.every((e) => e instanceof PubSubError && e.retryable), 'both were retryable');
+  t.ok(
+    errors.every((e) => e instanceof PubSubError && e.retryable),
+    'both were retryable',
+  );
   t.same(duplicates, [], 'no acked message was handled again');
   t.equal(new Set(handled).size, TOTAL, 'every message was handled');
-  const sentAckIds = new Set([...recording.streams.flatMap((stream) => stream.sent.flatMap((frame) => frame.ackIds ?? [])), ...restAckIds]);
-  t.ok(ackIds.every((ackId) => sentAckIds.has(ackId)), 'every ack went out, on a stream or (from close() on) over REST');
+  const sentAckIds = new Set([
+    ...recording.streams.flatMap((stream) => stream.sent.flatMap((frame) => frame.ackIds ?? [])),
+    ...restAckIds,
+  ]);
+  t.ok(
+    ackIds.every((ackId) => sentAckIds.has(ackId)),
+    'every ack went out, on a stream or (from close() on) over REST',
+  );
   await assertNothingLeft(t, broker, 'rc-sub', ackIds);
 });
 
@@ -206,7 +246,11 @@ t.test('ordered subscription: each key is handled in order, one message at a tim
     // One request per key and step, interleaving the keys.
     for (const key of KEYS) await client.publish('ord-topic', [{ data: `${key}-${i}`, orderingKey: key }]);
   }
-  await waitFor(() => [...ackedOrder.values()].every((seqs) => seqs.length >= PER_KEY), 'every key fully acked', 20_000);
+  await waitFor(
+    () => [...ackedOrder.values()].every((seqs) => seqs.length >= PER_KEY),
+    'every key fully acked',
+    20_000,
+  );
   await subscriber.close();
   t.equal(overlap, 0, 'never two messages of one key at once');
   t.ok(nackedOnce, 'b-4 was nacked once');
@@ -221,12 +265,19 @@ t.test('flow control: at most maxOutstandingMessages handed out and unsettled', 
   const held: Message[] = [];
   let peak = 0;
   let total = 0;
-  const subscriber = client.subscribe('flow-sub', (message) => {
-    held.push(message);
-    total++;
-    peak = Math.max(peak, held.length);
-  }, { maxOutstandingMessages: 3 });
-  await client.publish('flow', Array.from({ length: 10 }, (_, i) => ({ data: `f${i}` })));
+  const subscriber = client.subscribe(
+    'flow-sub',
+    (message) => {
+      held.push(message);
+      total++;
+      peak = Math.max(peak, held.length);
+    },
+    { maxOutstandingMessages: 3 },
+  );
+  await client.publish(
+    'flow',
+    Array.from({ length: 10 }, (_, i) => ({ data: `f${i}` })),
+  );
   await waitFor(() => held.length === 3, '3 messages handed out');
   await sleep(300);
   t.equal(held.length, 3, 'no fourth message while three are unsettled');
@@ -245,13 +296,20 @@ t.test('close waits for running handlers, sends their acks, and nacks what was n
   const client = new PubSubClient({ endpoint: broker.url, projectId: 'p', WebSocket });
   const started: string[] = [];
   const ackedIds: string[] = [];
-  const subscriber = client.subscribe('cl-sub', async (message) => {
-    started.push(message.text());
-    await sleep(300);
-    ackedIds.push(message.ackId);
-    message.ack();
-  }, { maxOutstandingMessages: 2 });
-  await client.publish('cl-topic', Array.from({ length: 5 }, (_, i) => ({ data: `c${i}` })));
+  const subscriber = client.subscribe(
+    'cl-sub',
+    async (message) => {
+      started.push(message.text());
+      await sleep(300);
+      ackedIds.push(message.ackId);
+      message.ack();
+    },
+    { maxOutstandingMessages: 2 },
+  );
+  await client.publish(
+    'cl-topic',
+    Array.from({ length: 5 }, (_, i) => ({ data: `c${i}` })),
+  );
   await waitFor(() => started.length === 2, 'two handlers running');
   const closing = subscriber.close();
   t.equal(subscriber.state, 'closing');
@@ -259,8 +317,13 @@ t.test('close waits for running handlers, sends their acks, and nacks what was n
   t.equal(ackedIds.length, 2, 'the running handlers finished and acked');
   t.equal(started.length, 2, 'no handler started after close()');
   // The broker has the acks, and the three others are available again at once (nacked).
-  const pulled = await broker.rest('POST', '/v1/projects/p/subscriptions/cl-sub:pull', { maxMessages: 10, returnImmediately: true });
-  const texts = (pulled.body.receivedMessages ?? []).map((m: any) => Buffer.from(m.message.data, 'base64').toString()).sort();
+  const pulled = await broker.rest('POST', '/v1/projects/p/subscriptions/cl-sub:pull', {
+    maxMessages: 10,
+    returnImmediately: true,
+  });
+  const texts = (pulled.body.receivedMessages ?? [])
+    .map((m: any) => Buffer.from(m.message.data, 'base64').toString())
+    .sort();
   const expected = ['c0', 'c1', 'c2', 'c3', 'c4'].filter((text) => !started.includes(text));
   t.same(texts, expected, 'only the unhandled messages are available');
 });

@@ -2,7 +2,13 @@
 // and a fake clock drives the timers, so lease renewal, keep-alives, backoff and resends are
 // checked on their exact schedule.
 import t from 'tap';
-import { PubSubClient, PubSubError, isRetryableCloseCode, type Message, type SubscribeOptions } from '../../src/client/index.ts';
+import {
+  PubSubClient,
+  type PubSubError,
+  isRetryableCloseCode,
+  type Message,
+  type SubscribeOptions,
+} from '../../src/client/index.ts';
 import { FakeClock, FakeSocket, settle } from './_fakes.ts';
 
 const PLAIN = { exactlyOnceDeliveryEnabled: false, messageOrderingEnabled: false };
@@ -71,12 +77,16 @@ t.test('leases are renewed every half deadline until maxExtensionSeconds; a sile
   const start = clock.now;
   const first = await openStream();
   t.equal(first.url, 'ws://broker.test/v1/projects/p/subscriptions/s-sub:streamingPull');
-  t.same(first.frames()[0], {
-    subscription: 'projects/p/subscriptions/s-sub',
-    streamAckDeadlineSeconds: 10,
-    clientId: subscriber.clientId,
-    maxOutstandingMessages: 1000,
-  }, 'the first frame');
+  t.same(
+    first.frames()[0],
+    {
+      subscription: 'projects/p/subscriptions/s-sub',
+      streamAckDeadlineSeconds: 10,
+      clientId: subscriber.clientId,
+      maxOutstandingMessages: 1000,
+    },
+    'the first frame',
+  );
   t.equal(subscriber.state, 'open');
 
   first.serverSend({ receivedMessages: [wire('1', 'A1')] });
@@ -85,14 +95,18 @@ t.test('leases are renewed every half deadline until maxExtensionSeconds; a sile
   const renewals = first.sent
     .filter(({ frame }) => frame.modifyDeadlineAckIds)
     .map(({ at, frame }) => [at - start, frame.modifyDeadlineAckIds, frame.modifyDeadlineSeconds]);
-  t.same(renewals, [
-    [5_000, ['A1'], [10]],
-    [10_000, ['A1'], [10]],
-    [15_000, ['A1'], [10]],
-    // It arrived 10 ms after the renewal timer started: the last renewals end 25 s after that.
-    [20_000, ['A1'], [6]],
-    [25_000, ['A1'], [1]],
-  ], 'renewed every 5 s, for at most 25 s in all');
+  t.same(
+    renewals,
+    [
+      [5_000, ['A1'], [10]],
+      [10_000, ['A1'], [10]],
+      [15_000, ['A1'], [10]],
+      // It arrived 10 ms after the renewal timer started: the last renewals end 25 s after that.
+      [20_000, ['A1'], [6]],
+      [25_000, ['A1'], [1]],
+    ],
+    'renewed every 5 s, for at most 25 s in all',
+  );
 
   await clock.advance(1_000);
   t.same(first.sent.at(-1), { at: start + 30_000, frame: {} }, 'a keep-alive {} after 30 s');
@@ -121,39 +135,54 @@ t.test('a stream that answers its keep-alives is kept', async (t) => {
   t.equal(FakeSocket.instances.length, 1, 'never replaced');
 });
 
-t.test('after a drop: recent acks are sent again, held leases renewed at once, redeliveries take the old place', async (t) => {
-  const { clock, received, openStream } = setup(t);
-  const first = await openStream();
-  first.serverSend({ receivedMessages: [wire('1', 'A1'), wire('2', 'A2'), wire('3', 'A3')] });
-  received[0].ack();
-  await clock.advance(5);
-  t.same(first.frames('ackIds'), [{ ackIds: ['A1'] }], 'acks are batched and sent');
-  await clock.advance(16_000);
-  first.serverSend({});
-  received[1].ack();
-  await clock.advance(5);
-  first.serverClose(1006);
+t.test(
+  'after a drop: recent acks are sent again, held leases renewed at once, redeliveries take the old place',
+  async (t) => {
+    const { clock, received, openStream } = setup(t);
+    const first = await openStream();
+    first.serverSend({ receivedMessages: [wire('1', 'A1'), wire('2', 'A2'), wire('3', 'A3')] });
+    received[0].ack();
+    await clock.advance(5);
+    t.same(first.frames('ackIds'), [{ ackIds: ['A1'] }], 'acks are batched and sent');
+    await clock.advance(16_000);
+    first.serverSend({});
+    received[1].ack();
+    await clock.advance(5);
+    first.serverClose(1006);
 
-  const second = await openStream();
-  t.same(second.frames('ackIds'), [{ ackIds: ['A2'] }], 'only the ack sent within 15 s of the drop is sent again');
-  t.same(second.frames('modifyDeadlineAckIds'), [{ modifyDeadlineAckIds: ['A3'], modifyDeadlineSeconds: [10] }],
-    'the held lease is renewed as soon as the stream opens');
+    const second = await openStream();
+    t.same(second.frames('ackIds'), [{ ackIds: ['A2'] }], 'only the ack sent within 15 s of the drop is sent again');
+    t.same(
+      second.frames('modifyDeadlineAckIds'),
+      [{ modifyDeadlineAckIds: ['A3'], modifyDeadlineSeconds: [10] }],
+      'the held lease is renewed as soon as the stream opens',
+    );
 
-  second.serverSend({ receivedMessages: [wire('3', 'B3'), wire('2', 'B2')] });
-  t.equal(received.length, 3, 'redeliveries of held or acked messages do not reach the handler');
-  t.equal(received[2].ackId, 'B3', 'the held message now carries the new ack ID');
-  await clock.advance(5);
-  t.same(second.frames('ackIds').at(-1), { ackIds: ['B2'] }, 'the redelivered acked message is acked again');
-  received[2].ack();
-  received[2].ack();
-  received[2].nack();
-  await clock.advance(5);
-  t.same(second.frames('ackIds').at(-1), { ackIds: ['B3'] }, 'the ack uses the new ack ID');
-  t.equal(second.frames('ackIds').flatMap((frame) => frame.ackIds).filter((id: string) => id === 'B3').length, 1,
-    'settling again sends nothing');
-  t.same(second.frames('modifyDeadlineSeconds').filter((frame) => frame.modifyDeadlineSeconds.includes(0)), [],
-    'and the nack after the ack is not sent');
-});
+    second.serverSend({ receivedMessages: [wire('3', 'B3'), wire('2', 'B2')] });
+    t.equal(received.length, 3, 'redeliveries of held or acked messages do not reach the handler');
+    t.equal(received[2].ackId, 'B3', 'the held message now carries the new ack ID');
+    await clock.advance(5);
+    t.same(second.frames('ackIds').at(-1), { ackIds: ['B2'] }, 'the redelivered acked message is acked again');
+    received[2].ack();
+    received[2].ack();
+    received[2].nack();
+    await clock.advance(5);
+    t.same(second.frames('ackIds').at(-1), { ackIds: ['B3'] }, 'the ack uses the new ack ID');
+    t.equal(
+      second
+        .frames('ackIds')
+        .flatMap((frame) => frame.ackIds)
+        .filter((id: string) => id === 'B3').length,
+      1,
+      'settling again sends nothing',
+    );
+    t.same(
+      second.frames('modifyDeadlineSeconds').filter((frame) => frame.modifyDeadlineSeconds.includes(0)),
+      [],
+      'and the nack after the ack is not sent',
+    );
+  },
+);
 
 t.test('exactly-once: confirmations resolve the responses; transient failures are retried', async (t) => {
   const { clock, received, openStream } = setup(t);
@@ -165,7 +194,11 @@ t.test('exactly-once: confirmations resolve the responses; transient failures ar
   await clock.advance(5);
   first.serverSend({ acknowledgeConfirmation: { ...none, temporaryFailedAckIds: ['A1'] } });
   await clock.advance(105);
-  t.same(first.frames('ackIds'), [{ ackIds: ['A1'] }, { ackIds: ['A1'] }], 'a temporary failure is retried after 100 ms');
+  t.same(
+    first.frames('ackIds'),
+    [{ ackIds: ['A1'] }, { ackIds: ['A1'] }],
+    'a temporary failure is retried after 100 ms',
+  );
   first.serverSend({ acknowledgeConfirmation: { ...none, ackIds: ['A1'] } });
   t.equal(await acked, 'SUCCESS');
 
@@ -185,7 +218,11 @@ t.test('exactly-once: confirmations resolve the responses; transient failures ar
 
   second.serverSend({ receivedMessages: [wire('4', 'A4')] });
   second.serverSend({ receivedMessages: [wire('4', 'B4')] });
-  t.same(received.slice(3).map((message) => message.ackId), ['A4', 'B4'], 'a redelivery is a new message');
+  t.same(
+    received.slice(3).map((message) => message.ackId),
+    ['A4', 'B4'],
+    'a redelivery is a new message',
+  );
   const stale = received[3].ackWithResponse();
   await clock.advance(5);
   second.serverSend({ acknowledgeConfirmation: { ...none, invalidAckIds: ['A4'] } });
@@ -223,8 +260,11 @@ t.test('ordered: one message per key at a time, in order; a nack drops the later
   finish.get('k1-2')!();
   await clock.advance(5);
   t.same(calls.length, 4, 'k1-3 is not handed out: the broker sends it again after k1-2');
-  t.same(socket.frames('modifyDeadlineAckIds').at(-1), { modifyDeadlineAckIds: ['A2', 'A4'], modifyDeadlineSeconds: [0, 0] },
-    'the nack, then the dropped follower');
+  t.same(
+    socket.frames('modifyDeadlineAckIds').at(-1),
+    { modifyDeadlineAckIds: ['A2', 'A4'], modifyDeadlineSeconds: [0, 0] },
+    'the nack, then the dropped follower',
+  );
   socket.serverSend({ receivedMessages: [wire('2', 'B2', 'k1-2', 'k1'), wire('4', 'B4', 'k1-3', 'k1')] });
   t.same(calls.slice(4), ['k1-2'], 'redelivered in order');
   finish.get('k1-2')!();
@@ -271,17 +311,32 @@ t.test('close codes: retryable ones reconnect with backoff, the others end the s
   }
   const delays = createdAt.slice(1).map((at, i) => at - createdAt[i]);
   const bounds = [100, 200, 400, 800, 1000, 1000, 1000];
-  delays.forEach((delay, i) => t.ok(delay >= bounds[i] / 2 && delay <= bounds[i], `delay ${i + 1} (${delay} ms) in [${bounds[i] / 2}, ${bounds[i]}]`));
+  delays.forEach((delay, i) => {
+    t.ok(
+      delay >= bounds[i] / 2 && delay <= bounds[i],
+      `delay ${i + 1} (${delay} ms) in [${bounds[i] / 2}, ${bounds[i]}]`,
+    );
+  });
   t.equal(errors.length, 7);
 
   const socket = FakeSocket.last();
   socket.open();
   socket.serverSend({ subscriptionProperties: PLAIN });
-  socket.serverSend({ error: { code: 400, message: 'maxOutstandingMessages may only be set in the first frame.', status: 'INVALID_ARGUMENT' } });
+  socket.serverSend({
+    error: {
+      code: 400,
+      message: 'maxOutstandingMessages may only be set in the first frame.',
+      status: 'INVALID_ARGUMENT',
+    },
+  });
   socket.serverClose(4003, '{"error":{"code":400,"message":"trunc","status":"INVALID_ARGUMENT"}}');
   const error = await subscriber.closed;
   t.equal(error?.status, 'INVALID_ARGUMENT');
-  t.equal(error?.message, 'maxOutstandingMessages may only be set in the first frame.', 'the error frame has the whole message');
+  t.equal(
+    error?.message,
+    'maxOutstandingMessages may only be set in the first frame.',
+    'the error frame has the whole message',
+  );
   t.equal(error?.closeCode, 4003);
   t.equal(subscriber.state, 'closed');
   await clock.advance(60_000);
@@ -309,8 +364,15 @@ t.test('close: the broker confirms it read the stream, which then closes; what i
   const rest = 'http://broker.test/v1/projects/p/subscriptions/s-sub';
   t.same(restCalls[0], { url: `${rest}:acknowledge`, body: { ackIds: ['A2'] } }, 'from close() on, acks go over REST');
   const nacks = restCalls.slice(1);
-  t.ok(nacks.every(({ url, body }) => url === `${rest}:modifyAckDeadline` && body.ackDeadlineSeconds === 0), 'and nacks');
-  t.same(nacks.flatMap(({ body }) => body.ackIds), ['A3', 'A4'], 'the unsettled message, then the late one');
+  t.ok(
+    nacks.every(({ url, body }) => url === `${rest}:modifyAckDeadline` && body.ackDeadlineSeconds === 0),
+    'and nacks',
+  );
+  t.same(
+    nacks.flatMap(({ body }) => body.ackIds),
+    ['A3', 'A4'],
+    'the unsettled message, then the late one',
+  );
   t.equal(received.length, 3, 'the late message never reached the handler');
   t.equal(subscriber.state, 'closed');
   t.equal(await received[1].ackWithResponse(), 'SUCCESS');
@@ -327,7 +389,10 @@ t.test('close while disconnected: acks go over REST', async (t) => {
   await closing;
   t.same(restCalls, [
     { url: 'http://broker.test/v1/projects/p/subscriptions/s-sub:acknowledge', body: { ackIds: ['A1'] } },
-    { url: 'http://broker.test/v1/projects/p/subscriptions/s-sub:modifyAckDeadline', body: { ackIds: ['A2'], ackDeadlineSeconds: 0 } },
+    {
+      url: 'http://broker.test/v1/projects/p/subscriptions/s-sub:modifyAckDeadline',
+      body: { ackIds: ['A2'], ackDeadlineSeconds: 0 },
+    },
   ]);
   t.equal(await response, 'SUCCESS');
   t.equal(FakeSocket.instances.length, 1, 'no reconnect once closing');

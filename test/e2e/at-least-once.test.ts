@@ -15,7 +15,14 @@ import { ManualClock } from '../../src/broker/clock.ts';
 import { resourceName } from '../../src/broker/names.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, unb64 } from '../helpers/app.ts';
-import { masterNodes, redisTargets, scanKeys, storedBodies, type RedisClient, type RedisTarget } from '../helpers/redis.ts';
+import {
+  masterNodes,
+  redisTargets,
+  scanKeys,
+  storedBodies,
+  type RedisClient,
+  type RedisTarget,
+} from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
 
@@ -46,21 +53,30 @@ async function setUp(t: Test, target: RedisTarget, options: { pullWaitMs?: numbe
       expectOk(`create topic ${id}`, await api('PUT', `${P}/topics/${id}`, {}));
     },
     async subscription(id: string, topic: string, body: Record<string, unknown> = {}) {
-      const created = expectOk(`create subscription ${id}`, await api('PUT', `${P}/subscriptions/${id}`, {
-        topic: `projects/p/topics/${topic}`,
-        ackDeadlineSeconds: 10,
-        ...body,
-      }));
+      const created = expectOk(
+        `create subscription ${id}`,
+        await api('PUT', `${P}/subscriptions/${id}`, {
+          topic: `projects/p/topics/${topic}`,
+          ackDeadlineSeconds: 10,
+          ...body,
+        }),
+      );
       t.notOk(created.enableExactlyOnceDelivery, `${id} is not exactly-once`);
     },
     async publish(topic: string, ...texts: string[]): Promise<string[]> {
-      const body = expectOk(`publish to ${topic}`, await api('POST', `${P}/topics/${topic}:publish`, {
-        messages: texts.map((text) => ({ data: b64(text) })),
-      }));
+      const body = expectOk(
+        `publish to ${topic}`,
+        await api('POST', `${P}/topics/${topic}:publish`, {
+          messages: texts.map((text) => ({ data: b64(text) })),
+        }),
+      );
       return body.messageIds;
     },
     async pull(sub: string, maxMessages = 100): Promise<Received[]> {
-      const body = expectOk(`pull ${sub}`, await api('POST', `${P}/subscriptions/${sub}:pull`, { maxMessages, returnImmediately: true }));
+      const body = expectOk(
+        `pull ${sub}`,
+        await api('POST', `${P}/subscriptions/${sub}:pull`, { maxMessages, returnImmediately: true }),
+      );
       if (!body.receivedMessages) t.same(body, {}, 'an empty pull answers {}');
       return body.receivedMessages ?? [];
     },
@@ -72,7 +88,7 @@ async function setUp(t: Test, target: RedisTarget, options: { pullWaitMs?: numbe
       const record = await broker.app.broker.topics.read(resourceName('topics', 'p', topic));
       const data = new Keys(broker.prefix).topicData(record.uid);
       if (!sub) return { data, uid: record.uid };
-      const subRecord = (await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', sub)));
+      const subRecord = await broker.app.broker.subscriptions.read(resourceName('subscriptions', 'p', sub));
       return { data, uid: record.uid, sub: data.subscription(subRecord.uid) };
     },
   };
@@ -151,11 +167,19 @@ for (const target of redisTargets()) {
       t.same(await h.pull('orders-sub'), [], 'the newer delivery is still leased: the stale ack did not end it');
       h.clock.advanceSeconds(1);
       const [third] = await h.pull('orders-sub');
-      t.equal(third?.message.messageId, id, 'the stale ack did not ack the newer delivery: it comes back when its lease runs out');
+      t.equal(
+        third?.message.messageId,
+        id,
+        'the stale ack did not ack the newer delivery: it comes back when its lease runs out',
+      );
 
       expectEmpty200(t, await h.ack('orders-sub', [third.ackId]), 'ack of the current delivery');
       expectEmpty200(t, await h.ack('orders-sub', [third.ackId]), 'the same ack again');
-      expectEmpty200(t, await h.ack('orders-sub', [first.ackId, second.ackId, third.ackId]), 'acks of every old delivery');
+      expectEmpty200(
+        t,
+        await h.ack('orders-sub', [first.ackId, second.ackId, third.ackId]),
+        'acks of every old delivery',
+      );
       expectEmpty200(t, await h.modack('orders-sub', [third.ackId], 0), 'a nack of an acked delivery');
       t.same(await h.pull('orders-sub'), [], 'nothing to deliver after the ack');
       h.clock.advanceSeconds(700);
@@ -202,33 +226,59 @@ for (const target of redisTargets()) {
       ];
       for (const [what, badId] of bad) {
         expectInvalidArgument(t, await h.ack('mal-sub', [a.ackId, badId]), `ack with a valid ID and one ${what}`);
-        expectInvalidArgument(t, await h.modack('mal-sub', [a.ackId, badId], 0), `nack with a valid ID and one ${what}`);
-        expectInvalidArgument(t, await h.modack('mal-sub', [b.ackId, badId], 60), `extension with a valid ID and one ${what}`);
+        expectInvalidArgument(
+          t,
+          await h.modack('mal-sub', [a.ackId, badId], 0),
+          `nack with a valid ID and one ${what}`,
+        );
+        expectInvalidArgument(
+          t,
+          await h.modack('mal-sub', [b.ackId, badId], 60),
+          `extension with a valid ID and one ${what}`,
+        );
       }
       t.same(await h.pull('mal-sub'), [], 'nothing was nacked');
       h.clock.advanceSeconds(10);
       const again = await h.pull('mal-sub');
-      t.same(sortedIds(ids(again)), [a.message.messageId, b.message.messageId], 'nothing was acked or extended: both come back at the deadline');
-      expectEmpty200(t, await h.ack('mal-sub', again.map((r) => r.ackId)), 'the valid IDs alone are accepted');
+      t.same(
+        sortedIds(ids(again)),
+        [a.message.messageId, b.message.messageId],
+        'nothing was acked or extended: both come back at the deadline',
+      );
+      expectEmpty200(
+        t,
+        await h.ack(
+          'mal-sub',
+          again.map((r) => r.ackId),
+        ),
+        'the valid IDs alone are accepted',
+      );
       expectEmpty200(t, await h.ack('elsewhere-sub', [foreign.ackId]), 'the foreign ID works on its own subscription');
     });
 
-    t.test('an ack ID is accepted only as issued (other spellings of its MAC padding bits are malformed)', async (t) => {
-      const h = await setUp(t, target);
-      await h.topic('spell');
-      await h.subscription('spell-sub', 'spell');
-      await h.publish('spell', 'a');
-      const [delivery] = await h.pull('spell-sub');
-      const aliases = paddingAliases(delivery.ackId);
-      t.equal(aliases.length, 15);
-      const accepted: string[] = [];
-      for (const alias of aliases) {
-        const response = await h.modack('spell-sub', [alias], 60);
-        if (response.status === 200) accepted.push(alias);
-      }
-      t.same(accepted, [], 'no ack ID the broker never issued is accepted (AckIdCodec.decode must reject non-canonical base64url)');
-      t.same(await h.pull('spell-sub'), [], 'still leased');
-    });
+    t.test(
+      'an ack ID is accepted only as issued (other spellings of its MAC padding bits are malformed)',
+      async (t) => {
+        const h = await setUp(t, target);
+        await h.topic('spell');
+        await h.subscription('spell-sub', 'spell');
+        await h.publish('spell', 'a');
+        const [delivery] = await h.pull('spell-sub');
+        const aliases = paddingAliases(delivery.ackId);
+        t.equal(aliases.length, 15);
+        const accepted: string[] = [];
+        for (const alias of aliases) {
+          const response = await h.modack('spell-sub', [alias], 60);
+          if (response.status === 200) accepted.push(alias);
+        }
+        t.same(
+          accepted,
+          [],
+          'no ack ID the broker never issued is accepted (AckIdCodec.decode must reject non-canonical base64url)',
+        );
+        t.same(await h.pull('spell-sub'), [], 'still leased');
+      },
+    );
 
     t.test('an expired lease redelivers; the old ack ID then does nothing', async (t) => {
       const h = await setUp(t, target);
@@ -248,7 +298,14 @@ for (const target of redisTargets()) {
         [],
         'every redelivery has a new ack ID',
       );
-      expectEmpty200(t, await h.ack('exp-sub', first.map((r) => r.ackId)), 'acks with the old IDs');
+      expectEmpty200(
+        t,
+        await h.ack(
+          'exp-sub',
+          first.map((r) => r.ackId),
+        ),
+        'acks with the old IDs',
+      );
       h.clock.advanceSeconds(10);
       t.same(sortedIds(ids(await h.pull('exp-sub'))), published, 'the old IDs acked nothing');
     });
@@ -311,7 +368,14 @@ for (const target of redisTargets()) {
       t.same(ids(two), [m1, m2], 'fan-2 gets both');
       t.same(ids(three), [m2], 'fan-3, created after the first publish, gets only the second');
       t.same(texts(three), ['after']);
-      expectEmpty200(t, await h.ack('fan-1', one.map((r) => r.ackId)), 'fan-1 acks');
+      expectEmpty200(
+        t,
+        await h.ack(
+          'fan-1',
+          one.map((r) => r.ackId),
+        ),
+        'fan-1 acks',
+      );
       h.clock.advanceSeconds(10);
       t.same(await h.pull('fan-1'), [], 'fan-1 acked both: nothing comes back');
       t.same(sortedIds(ids(await h.pull('fan-2'))), [m1, m2], 'fan-2 did not ack: both come back');
@@ -328,15 +392,50 @@ for (const target of redisTargets()) {
       const received = [...(await h.pull('acked-sub', 20)), ...(await h.pull('acked-sub', 100))];
       t.same(ids(received), published, 'all 50 delivered once, in order');
       const toAck = received.filter((_, i) => i % 2 === 0);
-      expectEmpty200(t, await h.ack('acked-sub', toAck.map((r) => r.ackId)), 'ack every other one');
-      expectEmpty200(t, await h.modack('acked-sub', toAck.map((r) => r.ackId), 0), 'nack of the acked ones');
-      expectEmpty200(t, await h.modack('acked-sub', toAck.map((r) => r.ackId), 600), 'extension of the acked ones');
+      expectEmpty200(
+        t,
+        await h.ack(
+          'acked-sub',
+          toAck.map((r) => r.ackId),
+        ),
+        'ack every other one',
+      );
+      expectEmpty200(
+        t,
+        await h.modack(
+          'acked-sub',
+          toAck.map((r) => r.ackId),
+          0,
+        ),
+        'nack of the acked ones',
+      );
+      expectEmpty200(
+        t,
+        await h.modack(
+          'acked-sub',
+          toAck.map((r) => r.ackId),
+          600,
+        ),
+        'extension of the acked ones',
+      );
       t.same(await h.pull('acked-sub'), [], 'nack of an acked delivery does not revive it');
       for (let round = 0; round < 3; round++) {
         h.clock.advanceSeconds(10);
         const again = await h.pull('acked-sub');
-        t.same(sortedIds(ids(again)), published.filter((_, i) => i % 2 === 1), `round ${round}: only the unacked half comes back`);
-        if (round === 2) expectEmpty200(t, await h.ack('acked-sub', again.map((r) => r.ackId)), 'ack the rest');
+        t.same(
+          sortedIds(ids(again)),
+          published.filter((_, i) => i % 2 === 1),
+          `round ${round}: only the unacked half comes back`,
+        );
+        if (round === 2)
+          expectEmpty200(
+            t,
+            await h.ack(
+              'acked-sub',
+              again.map((r) => r.ackId),
+            ),
+            'ack the rest',
+          );
       }
       h.clock.advanceSeconds(3600);
       t.same(await h.pull('acked-sub'), [], 'nothing after every message was acked');
@@ -348,7 +447,11 @@ for (const target of redisTargets()) {
       await h.topic('bodies');
       const lonely = await h.dataKeys('bodies');
       await h.publish('bodies', 'nobody listens');
-      t.equal((await storedBodies(redis, lonely.data)).size, 0, 'a publish with no subscription attached stores no body');
+      t.equal(
+        (await storedBodies(redis, lonely.data)).size,
+        0,
+        'a publish with no subscription attached stores no body',
+      );
 
       await h.subscription('bodies-1', 'bodies');
       await h.subscription('bodies-2', 'bodies');
@@ -357,19 +460,37 @@ for (const target of redisTargets()) {
       t.equal((await storedBodies(redis, data)).size, 3, 'three bodies stored once for both subscriptions');
 
       const one = await h.pull('bodies-1');
-      expectEmpty200(t, await h.ack('bodies-1', one.map((r) => r.ackId)), 'bodies-1 acks all three');
+      expectEmpty200(
+        t,
+        await h.ack(
+          'bodies-1',
+          one.map((r) => r.ackId),
+        ),
+        'bodies-1 acks all three',
+      );
       t.equal((await storedBodies(redis, data)).size, 3, 'bodies-2 still holds them: all three stay');
 
       const two = await h.pull('bodies-2');
       t.same(texts(two), ['a', 'b', 'c'], 'bodies-2 reads the shared bodies intact');
       expectEmpty200(t, await h.ack('bodies-2', [two[0].ackId]), 'bodies-2 acks the first');
-      t.same(sortedIds([...(await storedBodies(redis, data)).keys()]), published.slice(1), 'its body is gone, the others stay');
+      t.same(
+        sortedIds([...(await storedBodies(redis, data)).keys()]),
+        published.slice(1),
+        'its body is gone, the others stay',
+      );
 
       expectEmpty200(t, await h.modack('bodies-2', [two[1].ackId], 0), 'bodies-2 nacks the second');
       h.clock.advanceSeconds(10); // the third's lease expires too
       const again = await h.pull('bodies-2');
       t.same(sortedIds(ids(again)), published.slice(1), 'nacked and expired ones come back with their bodies');
-      expectEmpty200(t, await h.ack('bodies-2', again.map((r) => r.ackId)), 'bodies-2 acks the rest');
+      expectEmpty200(
+        t,
+        await h.ack(
+          'bodies-2',
+          again.map((r) => r.ackId),
+        ),
+        'bodies-2 acks the rest',
+      );
       t.equal((await storedBodies(redis, data)).size, 0, 'every body is gone');
       t.same(await scanKeys(redis, `${data.bodies}*`), [], 'no body block is left');
       t.equal(await redis.exists(data.refs), 0, 'nor the reference counts');
@@ -441,4 +562,3 @@ for (const target of redisTargets()) {
     });
   });
 }
-

@@ -31,14 +31,19 @@ function runLoad(broker: () => BrokerProcess, ledger: Ledger) {
   };
   const puller = async () => {
     while (!stopped) {
-      const response = await call(broker().url, 'POST', `${SUBSCRIPTION}:pull`, { maxMessages: 50, returnImmediately: true });
+      const response = await call(broker().url, 'POST', `${SUBSCRIPTION}:pull`, {
+        maxMessages: 50,
+        returnImmediately: true,
+      });
       const received = response.status === 200 ? (response.body.receivedMessages ?? []) : [];
       if (received.length === 0) {
         await new Promise((done) => setTimeout(done, 20));
         continue;
       }
       for (const m of received) ledger.received.add(m.message.messageId);
-      const ack = await call(broker().url, 'POST', `${SUBSCRIPTION}:acknowledge`, { ackIds: received.map((m: any) => m.ackId) });
+      const ack = await call(broker().url, 'POST', `${SUBSCRIPTION}:acknowledge`, {
+        ackIds: received.map((m: any) => m.ackId),
+      });
       if (ack.status === 200) for (const m of received) ledger.acked.add(m.message.messageId);
     }
   };
@@ -59,7 +64,10 @@ async function drain(broker: BrokerProcess, ledger: Ledger): Promise<string[]> {
   const missing = new Set([...ledger.accepted].filter((id) => !ledger.received.has(id)));
   const giveUpAt = Date.now() + 20_000;
   while (missing.size > 0 && Date.now() < giveUpAt) {
-    const response = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, { maxMessages: 1000, returnImmediately: true });
+    const response = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, {
+      maxMessages: 1000,
+      returnImmediately: true,
+    });
     const received = response.body?.receivedMessages ?? [];
     if (received.length === 0) {
       await sleep(200);
@@ -67,7 +75,9 @@ async function drain(broker: BrokerProcess, ledger: Ledger): Promise<string[]> {
     }
     delivered.push(...received.map((m: any) => m.message.messageId));
     for (const m of received) missing.delete(m.message.messageId);
-    const ack = await call(broker.url, 'POST', `${SUBSCRIPTION}:acknowledge`, { ackIds: received.map((m: any) => m.ackId) });
+    const ack = await call(broker.url, 'POST', `${SUBSCRIPTION}:acknowledge`, {
+      ackIds: received.map((m: any) => m.ackId),
+    });
     if (ack.status !== 200) throw new Error(`drain ack failed: ${JSON.stringify(ack)}`);
   }
   // Whatever else is still there (an acked message delivered again would show up here).
@@ -82,7 +92,11 @@ function checkLedger(t: Test, ledger: Ledger, drained: string[]) {
   t.ok(ledger.accepted.size > 0, `publishes were accepted under load (${ledger.accepted.size})`);
   t.ok(ledger.acked.size > 0, `acks were answered under load (${ledger.acked.size})`);
   t.same(lost, [], 'every accepted publish was delivered');
-  t.same(drained.filter((id) => ledger.acked.has(id)), [], 'no message acked OK was delivered again');
+  t.same(
+    drained.filter((id) => ledger.acked.has(id)),
+    [],
+    'no message acked OK was delivered again',
+  );
 }
 
 async function setUp(t: Test, broker: BrokerProcess) {
@@ -138,7 +152,11 @@ t.test('with an external Redis down, requests answer UNAVAILABLE and recover by 
   const port = await freePort();
   const startRedis = async () => {
     const { spawn } = await import('node:child_process');
-    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--save', ''], { stdio: 'ignore' });
+    const child = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--save', ''],
+      { stdio: 'ignore' },
+    );
     const client = new Redis(port, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
     client.on('error', () => {});
     for (let i = 0; i < 100; i++) {
@@ -168,18 +186,24 @@ t.test('with an external Redis down, requests answer UNAVAILABLE and recover by 
   const publishWhileDown = await call(broker.url, 'POST', `${TOPIC}:publish`, { messages: [{ data: 'aGVsbG8=' }] });
   t.equal(publishWhileDown.status, 503);
   t.same(publishWhileDown.body.error.status, 'UNAVAILABLE');
-  const pullWhileDown = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, { maxMessages: 1, returnImmediately: true });
+  const pullWhileDown = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, {
+    maxMessages: 1,
+    returnImmediately: true,
+  });
   t.equal(pullWhileDown.status, 503);
   t.equal((await call(broker.url, 'GET', '/readyz')).status, 503, 'not ready while Redis is down');
   t.equal((await call(broker.url, 'GET', '/healthz')).status, 200, 'but alive');
 
   redis = await startRedis();
-  let pulled;
+  let pulled: Awaited<ReturnType<typeof call>> | undefined;
   for (let i = 0; i < 300; i++) {
     pulled = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, { maxMessages: 10, returnImmediately: true });
     if (pulled.status === 200) break;
     await sleep(100);
   }
   t.equal(pulled!.status, 200, 'recovered without a restart');
-  t.same(pulled!.body.receivedMessages.map((m: any) => m.message.messageId), [published.body.messageIds[0]]);
+  t.same(
+    pulled!.body.receivedMessages.map((m: any) => m.message.messageId),
+    [published.body.messageIds[0]],
+  );
 });

@@ -40,7 +40,6 @@ const MAX_PROBLEMS = 50;
 
 t.comment(`exactly-once property test: SEED=${SEED} MESSAGES=${MESSAGES} STEPS=${STEPS} ROUNDS=${ROUNDS}`);
 
-
 type DeliveryState = 'leased' | 'nacked' | 'acked' | 'superseded';
 
 interface Delivery {
@@ -89,7 +88,12 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
   const rnd = seededRandom(seed);
   const clock = new ManualClock();
   // Staged: every publish, however small, stages its bodies for the script (publish.lua).
-  const broker = await startBroker(t, { target, clock, name: 'eod-property', stageBodiesFromBytes: staged ? 0 : undefined });
+  const broker = await startBroker(t, {
+    target,
+    clock,
+    name: 'eod-property',
+    stageBodiesFromBytes: staged ? 0 : undefined,
+  });
   const api = broker.api;
   const nowUs = () => Number(clock.scriptTime());
 
@@ -116,14 +120,22 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
   // same small numbers as ours): correctly sealed, but not ours.
   t.equal((await api('PUT', '/v1/projects/p/topics/other', {})).status, 200);
   t.equal(
-    (await api('PUT', '/v1/projects/p/subscriptions/other', { topic: 'projects/p/topics/other', enableExactlyOnceDelivery: true })).status,
+    (
+      await api('PUT', '/v1/projects/p/subscriptions/other', {
+        topic: 'projects/p/topics/other',
+        enableExactlyOnceDelivery: true,
+      })
+    ).status,
     200,
   );
   const otherPublish = await api('POST', '/v1/projects/p/topics/other:publish', {
     messages: Array.from({ length: 5 }, (_, i) => ({ data: b64(`other-${i}`) })),
   });
   t.equal(otherPublish.status, 200);
-  const otherPull = await api('POST', '/v1/projects/p/subscriptions/other:pull', { maxMessages: 10, returnImmediately: true });
+  const otherPull = await api('POST', '/v1/projects/p/subscriptions/other:pull', {
+    maxMessages: 10,
+    returnImmediately: true,
+  });
   const foreignIds: string[] = otherPull.body.receivedMessages.map((m: any) => m.ackId);
   t.equal(foreignIds.length, 5, 'ack IDs of another subscription');
   // White box: the shared ack ID secret, to seal IDs the broker could have issued but did not
@@ -136,8 +148,13 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
 
   const messages = new Map<string, MessageModel>();
   for (let first = 0; first < MESSAGES; first += 100) {
-    const texts = Array.from({ length: Math.min(100, MESSAGES - first) }, (_, i) => `message ${first + i} of run ${seed}`);
-    const published = await api('POST', '/v1/projects/p/topics/eod:publish', { messages: texts.map((text) => ({ data: b64(text) })) });
+    const texts = Array.from(
+      { length: Math.min(100, MESSAGES - first) },
+      (_, i) => `message ${first + i} of run ${seed}`,
+    );
+    const published = await api('POST', '/v1/projects/p/topics/eod:publish', {
+      messages: texts.map((text) => ({ data: b64(text) })),
+    });
     t.equal(published.status, 200);
     published.body.messageIds.forEach((id: string, i: number) => {
       messages.set(id, { id, text: texts[i], acked: false, ackSuccesses: 0, deliveries: [] });
@@ -160,7 +177,7 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
     let n = 0;
     for (const m of messages.values()) {
       if (m.acked) continue;
-      if (!m.current || m.current.state !== 'leased' || m.current.deadlineUs <= at) n++;
+      if (m.current?.state !== 'leased' || m.current.deadlineUs <= at) n++;
     }
     return n;
   };
@@ -198,7 +215,9 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
       case 7: {
         // sealed for us, but a generation not delivered yet
         const live = liveDelivery();
-        const delivery = live ? codec.decode(live.ackId)! : { region: '', subscriptionUid: ourUid, seq: '999999', generation: 0 };
+        const delivery = live
+          ? codec.decode(live.ackId)!
+          : { region: '', subscriptionUid: ourUid, seq: '999999', generation: 0 };
         return codec.encode({ ...delivery, generation: delivery.generation + 1 });
       }
       case 4: {
@@ -220,7 +239,8 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
     const seconds = rnd.int(10, 60);
     const response = await api('POST', `${SUB}:pull`, { maxMessages, returnImmediately: true });
     const outcomes: Outcome[] = [{ kind: 'pull', puller, maxMessages, alone, ...response }];
-    const fresh: string[] = response.status === 200 ? (response.body?.receivedMessages ?? []).map((m: any) => m.ackId) : [];
+    const fresh: string[] =
+      response.status === 200 ? (response.body?.receivedMessages ?? []).map((m: any) => m.ackId) : [];
     if (receiptModack && fresh.length > 0) {
       const ids = rnd.chance(0.5) ? fresh : rnd.someOf(fresh, rnd.int(1, fresh.length));
       const modack = await api('POST', `${SUB}:modifyAckDeadline`, { ackIds: ids, ackDeadlineSeconds: seconds });
@@ -334,7 +354,10 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
     } else if (o.status === 400) {
       const error = o.body?.error ?? {};
       const detail = error.details?.[0] ?? {};
-      check(error.code === 400 && error.status === 'INVALID_ARGUMENT', () => `${describe(o)}: error ${JSON.stringify(error)}`);
+      check(
+        error.code === 400 && error.status === 'INVALID_ARGUMENT',
+        () => `${describe(o)}: error ${JSON.stringify(error)}`,
+      );
       check(
         detail['@type'] === 'type.googleapis.com/google.rpc.ErrorInfo' &&
           detail.reason === 'EXACTLY_ONCE_ACKID_FAILURE' &&
@@ -344,7 +367,10 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
       const metadata: Record<string, string> = detail.metadata ?? {};
       failed = Object.keys(metadata);
       for (const [id, code] of Object.entries(metadata)) {
-        check(code === 'PERMANENT_FAILURE_INVALID_ACK_ID', () => `${describe(o)}: ${JSON.stringify(id)} failed with ${code}`);
+        check(
+          code === 'PERMANENT_FAILURE_INVALID_ACK_ID',
+          () => `${describe(o)}: ${JSON.stringify(id)} failed with ${code}`,
+        );
         check(o.ids.includes(id), () => `${describe(o)}: metadata names ${JSON.stringify(id)}, which was not sent`);
       }
     } else {
@@ -356,13 +382,20 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
     for (const id of o.ids) {
       if (expectedSet.has(id) && !failedSet.has(id)) {
         const d = byAckId.get(id);
-        check(false, () =>
-          `${describe(o)}: invalid ack ID accepted: ${JSON.stringify(id.slice(0, 80))} ` +
-            (d ? `(message ${d.messageId}, delivery ${d.state}, deadline ${(d.deadlineUs - startUs) / US}s)` : '(forged)'),
+        check(
+          false,
+          () =>
+            `${describe(o)}: invalid ack ID accepted: ${JSON.stringify(id.slice(0, 80))} ` +
+            (d
+              ? `(message ${d.messageId}, delivery ${d.state}, deadline ${(d.deadlineUs - startUs) / US}s)`
+              : '(forged)'),
         );
       }
       if (!expectedSet.has(id) && failedSet.has(id)) {
-        check(false, () => `${describe(o)}: valid ack ID reported failed: ${id} (message ${byAckId.get(id)?.messageId})`);
+        check(
+          false,
+          () => `${describe(o)}: valid ack ID reported failed: ${id} (message ${byAckId.get(id)?.messageId})`,
+        );
       }
     }
     // Follow what the server says it did, so one discrepancy does not cascade.
@@ -373,7 +406,10 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
       const message = messages.get(delivery.messageId)!;
       if (o.kind === 'ack') {
         message.ackSuccesses++;
-        check(message.ackSuccesses === 1, () => `message ${message.id} acknowledged successfully ${message.ackSuccesses} times`);
+        check(
+          message.ackSuccesses === 1,
+          () => `message ${message.id} acknowledged successfully ${message.ackSuccesses} times`,
+        );
         message.acked = true;
         message.current = undefined;
         delivery.state = 'acked';
@@ -414,13 +450,14 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
       // (a) never while another delivery is leased and unexpired
       const previous = message!.current;
       check(
-        !previous || previous.state !== 'leased' || previous.deadlineUs <= at,
+        previous?.state !== 'leased' || previous.deadlineUs <= at,
         () =>
           `(a) message ${id} delivered at ${(at - startUs) / US}s while delivery ${previous!.ackId.slice(-8)} ` +
           `is leased until ${(previous!.deadlineUs - startUs) / US}s`,
       );
       if (previous) {
-        if (previous.state === 'leased') count(previous.deadlineUs <= at ? 'redelivered-after-expiry' : 'redelivered-while-leased');
+        if (previous.state === 'leased')
+          count(previous.deadlineUs <= at ? 'redelivered-after-expiry' : 'redelivered-while-leased');
         if (previous.state === 'nacked') count('redelivered-after-nack');
         if (previous.state === 'leased' || previous.state === 'nacked') previous.state = 'superseded';
       }
@@ -492,7 +529,15 @@ async function runRound(t: Test, target: RedisTarget, seed: number, pairChance: 
     const received = pullOutcome.status === 200 ? (pullOutcome.body?.receivedMessages ?? []) : [];
     if (received.length === 0) break;
     drainer.held = [];
-    apply([await ack(received.map((m: any) => m.ackId), 'drain')], at);
+    apply(
+      [
+        await ack(
+          received.map((m: any) => m.ackId),
+          'drain',
+        ),
+      ],
+      at,
+    );
   }
 
   const finalPull = await api('POST', `${SUB}:pull`, { maxMessages: 1000, returnImmediately: true });
@@ -542,17 +587,28 @@ for (const target of redisTargets()) {
     const { api } = broker;
     t.equal((await api('PUT', '/v1/projects/p/topics/spell', {})).status, 200);
     t.equal(
-      (await api('PUT', '/v1/projects/p/subscriptions/spell', { topic: 'projects/p/topics/spell', enableExactlyOnceDelivery: true })).status,
+      (
+        await api('PUT', '/v1/projects/p/subscriptions/spell', {
+          topic: 'projects/p/topics/spell',
+          enableExactlyOnceDelivery: true,
+        })
+      ).status,
       200,
     );
     t.equal((await api('POST', '/v1/projects/p/topics/spell:publish', { messages: [{ data: b64('x') }] })).status, 200);
-    const pulled = await api('POST', '/v1/projects/p/subscriptions/spell:pull', { maxMessages: 1, returnImmediately: true });
+    const pulled = await api('POST', '/v1/projects/p/subscriptions/spell:pull', {
+      maxMessages: 1,
+      returnImmediately: true,
+    });
     const ackId: string = pulled.body.receivedMessages[0].ackId;
     const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
     const base = alphabet.indexOf(ackId.at(-1)!) & ~15;
     const aliases = [...alphabet.slice(base, base + 16)].map((c) => ackId.slice(0, -1) + c).filter((a) => a !== ackId);
 
-    const modack = await api('POST', '/v1/projects/p/subscriptions/spell:modifyAckDeadline', { ackIds: aliases, ackDeadlineSeconds: 60 });
+    const modack = await api('POST', '/v1/projects/p/subscriptions/spell:modifyAckDeadline', {
+      ackIds: aliases,
+      ackDeadlineSeconds: 60,
+    });
     t.equal(modack.status, 400, 'a modack with only never-issued spellings fails');
     t.same(
       modack.body?.error?.details?.[0]?.metadata ?? {},
@@ -561,7 +617,11 @@ for (const target of redisTargets()) {
     );
     const ack = await api('POST', '/v1/projects/p/subscriptions/spell:acknowledge', { ackIds: [aliases[0], ackId] });
     t.equal(ack.status, 400, 'an ack mixing a never-issued spelling with the real ID fails');
-    t.same(ack.body?.error?.details?.[0]?.metadata ?? {}, { [aliases[0]]: 'PERMANENT_FAILURE_INVALID_ACK_ID' }, 'only the other spelling failed');
+    t.same(
+      ack.body?.error?.details?.[0]?.metadata ?? {},
+      { [aliases[0]]: 'PERMANENT_FAILURE_INVALID_ACK_ID' },
+      'only the other spelling failed',
+    );
     const again = await api('POST', '/v1/projects/p/subscriptions/spell:acknowledge', { ackIds: [ackId] });
     t.equal(again.status, 400, 'the real ID was acknowledged by the mixed request, so acking it again fails');
   });

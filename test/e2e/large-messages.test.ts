@@ -27,15 +27,25 @@ for (const target of redisTargets()) {
         ids.push(...published.body.messageIds);
       }
       const first = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
-      t.same(first.body.receivedMessages.map((m: any) => m.message.messageId), ids.slice(0, 3), 'three fit the budget');
+      t.same(
+        first.body.receivedMessages.map((m: any) => m.message.messageId),
+        ids.slice(0, 3),
+        'three fit the budget',
+      );
       t.equal(first.body.receivedMessages[2].message.data, big(2), 'bodies arrive whole');
       if (ordered) {
         const busy = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
         t.same(busy.body, {}, 'the rest of the key waits while its first messages are outstanding');
-        await broker.api('POST', `${sub}:acknowledge`, { ackIds: first.body.receivedMessages.map((m: any) => m.ackId) });
+        await broker.api('POST', `${sub}:acknowledge`, {
+          ackIds: first.body.receivedMessages.map((m: any) => m.ackId),
+        });
       }
       const second = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
-      t.same(second.body.receivedMessages.map((m: any) => m.message.messageId), [ids[3]], 'the fourth comes next');
+      t.same(
+        second.body.receivedMessages.map((m: any) => m.message.messageId),
+        [ids[3]],
+        'the fourth comes next',
+      );
     });
   }
 }

@@ -20,49 +20,102 @@ for (const target of redisTargets()) {
     const clock = new ManualClock();
     const broker = await startBroker(t, { target, clock, name: 'retention' });
     await broker.api('PUT', TOPIC, {});
-    await broker.api('PUT', '/v1/projects/p/subscriptions/short', { topic: topicName.full, messageRetentionDuration: '600s' });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/short', {
+      topic: topicName.full,
+      messageRetentionDuration: '600s',
+    });
     await broker.api('PUT', '/v1/projects/p/subscriptions/long', { topic: topicName.full });
-    const [oldId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old') }] })).body.messageIds;
+    const [oldId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old') }] })).body
+      .messageIds;
     clock.advanceSeconds(601);
-    const [newId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new') }] })).body.messageIds;
-    const short = await broker.api('POST', '/v1/projects/p/subscriptions/short:pull', { maxMessages: 10, returnImmediately: true });
-    t.same(short.body.receivedMessages.map((m: any) => m.message.messageId), [newId], 'the expired message is skipped');
-    const long = await broker.api('POST', '/v1/projects/p/subscriptions/long:pull', { maxMessages: 10, returnImmediately: true });
-    t.same(long.body.receivedMessages.map((m: any) => m.message.messageId), [oldId, newId], 'a longer retention still has it');
-    await broker.api('POST', '/v1/projects/p/subscriptions/long:acknowledge', { ackIds: long.body.receivedMessages.map((m: any) => m.ackId) });
+    const [newId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new') }] })).body
+      .messageIds;
+    const short = await broker.api('POST', '/v1/projects/p/subscriptions/short:pull', {
+      maxMessages: 10,
+      returnImmediately: true,
+    });
+    t.same(
+      short.body.receivedMessages.map((m: any) => m.message.messageId),
+      [newId],
+      'the expired message is skipped',
+    );
+    const long = await broker.api('POST', '/v1/projects/p/subscriptions/long:pull', {
+      maxMessages: 10,
+      returnImmediately: true,
+    });
+    t.same(
+      long.body.receivedMessages.map((m: any) => m.message.messageId),
+      [oldId, newId],
+      'a longer retention still has it',
+    );
+    await broker.api('POST', '/v1/projects/p/subscriptions/long:acknowledge', {
+      ackIds: long.body.receivedMessages.map((m: any) => m.ackId),
+    });
     const { data } = await topicKeys(broker);
-    t.same([...(await storedBodies(broker.redis, data)).keys()], [newId], 'the expired body is gone once nobody holds it; the short subscription still holds the other');
+    t.same(
+      [...(await storedBodies(broker.redis, data)).keys()],
+      [newId],
+      'the expired body is gone once nobody holds it; the short subscription still holds the other',
+    );
   });
 
   for (const exactlyOnce of [false, true]) {
     const kind = exactlyOnce ? 'ordered exactly-once' : 'ordered';
-    t.test(`${target.name}: on an ${kind} subscription too, a key's expired messages are dropped, never delivered`, async (t) => {
-      const clock = new ManualClock();
-      const broker = await startBroker(t, { target, clock, name: `retention-${kind.replace(' ', '-')}` });
-      const sub = '/v1/projects/p/subscriptions/ordered';
-      await broker.api('PUT', TOPIC, {});
-      await broker.api('PUT', sub, { topic: topicName.full, messageRetentionDuration: '600s', enableMessageOrdering: true, enableExactlyOnceDelivery: exactlyOnce });
-      await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('old-1'), orderingKey: 'k' }, { data: b64('old-2'), orderingKey: 'k' }] });
-      clock.advanceSeconds(601);
-      const [newId] = (await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new'), orderingKey: 'k' }] })).body.messageIds;
-      const pulled = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
-      t.same(pulled.body.receivedMessages.map((m: any) => m.message.messageId), [newId], 'only the retained message of the key');
-      const { data } = await topicKeys(broker);
-      t.same([...(await storedBodies(broker.redis, data)).keys()], [newId], 'the expired bodies are gone');
-      const ack = await broker.api('POST', `${sub}:acknowledge`, { ackIds: [pulled.body.receivedMessages[0].ackId] });
-      t.same([ack.status, ack.body], [200, {}], 'the retained message is next in its key');
-      t.same((await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true })).body, {}, 'nothing left');
-      t.equal((await storedBodies(broker.redis, data)).size, 0, 'and no body');
-    });
+    t.test(
+      `${target.name}: on an ${kind} subscription too, a key's expired messages are dropped, never delivered`,
+      async (t) => {
+        const clock = new ManualClock();
+        const broker = await startBroker(t, { target, clock, name: `retention-${kind.replace(' ', '-')}` });
+        const sub = '/v1/projects/p/subscriptions/ordered';
+        await broker.api('PUT', TOPIC, {});
+        await broker.api('PUT', sub, {
+          topic: topicName.full,
+          messageRetentionDuration: '600s',
+          enableMessageOrdering: true,
+          enableExactlyOnceDelivery: exactlyOnce,
+        });
+        await broker.api('POST', `${TOPIC}:publish`, {
+          messages: [
+            { data: b64('old-1'), orderingKey: 'k' },
+            { data: b64('old-2'), orderingKey: 'k' },
+          ],
+        });
+        clock.advanceSeconds(601);
+        const [newId] = (
+          await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('new'), orderingKey: 'k' }] })
+        ).body.messageIds;
+        const pulled = await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true });
+        t.same(
+          pulled.body.receivedMessages.map((m: any) => m.message.messageId),
+          [newId],
+          'only the retained message of the key',
+        );
+        const { data } = await topicKeys(broker);
+        t.same([...(await storedBodies(broker.redis, data)).keys()], [newId], 'the expired bodies are gone');
+        const ack = await broker.api('POST', `${sub}:acknowledge`, { ackIds: [pulled.body.receivedMessages[0].ackId] });
+        t.same([ack.status, ack.body], [200, {}], 'the retained message is next in its key');
+        t.same(
+          (await broker.api('POST', `${sub}:pull`, { maxMessages: 10, returnImmediately: true })).body,
+          {},
+          'nothing left',
+        );
+        t.equal((await storedBodies(broker.redis, data)).size, 0, 'and no body');
+      },
+    );
   }
 
   t.test(`${target.name}: deleting a subscription releases every body it held`, async (t) => {
     const broker = await startBroker(t, { target, name: 'delete-sub' });
     await broker.api('PUT', TOPIC, {});
     await broker.api('PUT', '/v1/projects/p/subscriptions/keep', { topic: topicName.full });
-    await broker.api('PUT', '/v1/projects/p/subscriptions/drop', { topic: topicName.full, enableMessageOrdering: true });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/drop', {
+      topic: topicName.full,
+      enableMessageOrdering: true,
+    });
     for (let i = 0; i < 30; i++) {
-      await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64(`m${i}`), ...(i % 2 ? { orderingKey: `k${i % 3}` } : {}) }] });
+      await broker.api('POST', `${TOPIC}:publish`, {
+        messages: [{ data: b64(`m${i}`), ...(i % 2 ? { orderingKey: `k${i % 3}` } : {}) }],
+      });
     }
     await broker.api('POST', '/v1/projects/p/subscriptions/drop:pull', { maxMessages: 7, returnImmediately: true });
     const { data } = await topicKeys(broker);
@@ -70,8 +123,13 @@ for (const target of redisTargets()) {
     t.same((await broker.api('DELETE', '/v1/projects/p/subscriptions/drop')).body, {});
     t.equal(await broker.redis.hlen(data.refs), 0, 'one holder left: no reference counts');
     t.equal((await storedBodies(broker.redis, data)).size, 30, 'the remaining subscription still has every body');
-    const kept = await broker.api('POST', '/v1/projects/p/subscriptions/keep:pull', { maxMessages: 100, returnImmediately: true });
-    await broker.api('POST', '/v1/projects/p/subscriptions/keep:acknowledge', { ackIds: kept.body.receivedMessages.map((m: any) => m.ackId) });
+    const kept = await broker.api('POST', '/v1/projects/p/subscriptions/keep:pull', {
+      maxMessages: 100,
+      returnImmediately: true,
+    });
+    await broker.api('POST', '/v1/projects/p/subscriptions/keep:acknowledge', {
+      ackIds: kept.body.receivedMessages.map((m: any) => m.ackId),
+    });
     t.equal((await storedBodies(broker.redis, data)).size, 0, 'no body left once the last holder acked');
   });
 
@@ -85,21 +143,54 @@ for (const target of redisTargets()) {
     // What a subscription create does before it records the subscription, then "crash".
     const orphan = 'feedfacefeedface';
     const orphanKeys = data.subscription(orphan);
-    await ctx.scripts.run('mark-cleanup', [ctx.keys.pendingCleanups], [clock.scriptTime(), `${uid}/${orphan}/projects/p/subscriptions/never-recorded`]);
-    await ctx.scripts.run('attach-subscription', [data.state, data.attached, orphanKeys.config], [
-      clock.scriptTime(), orphan, '0', '1', 'ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0',
-    ]);
+    await ctx.scripts.run(
+      'mark-cleanup',
+      [ctx.keys.pendingCleanups],
+      [clock.scriptTime(), `${uid}/${orphan}/projects/p/subscriptions/never-recorded`],
+    );
+    await ctx.scripts.run(
+      'attach-subscription',
+      [data.state, data.attached, orphanKeys.config],
+      [
+        clock.scriptTime(),
+        orphan,
+        '0',
+        '1',
+        'ackDeadlineUs',
+        '10000000',
+        'retentionUs',
+        '604800000000',
+        'exactlyOnce',
+        '0',
+        'ordered',
+        '0',
+      ],
+    );
     await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('x') }] });
     t.equal(await broker.redis.llen(orphanKeys.ready), 1, 'the orphan receives publishes');
 
     const now = Number(clock.scriptTime());
-    t.equal(await broker.app.broker.subscriptions.collectGarbage(now - 60_000_000), 0, 'nothing is collected within the grace period');
+    t.equal(
+      await broker.app.broker.subscriptions.collectGarbage(now - 60_000_000),
+      0,
+      'nothing is collected within the grace period',
+    );
     clock.advanceSeconds(120);
-    t.equal(await broker.app.broker.subscriptions.collectGarbage(Number(clock.scriptTime()) - 60_000_000), 1, 'collected after it');
+    t.equal(
+      await broker.app.broker.subscriptions.collectGarbage(Number(clock.scriptTime()) - 60_000_000),
+      1,
+      'collected after it',
+    );
     t.equal(await broker.redis.exists(orphanKeys.ready, orphanKeys.config), 0, 'its data is gone');
-    t.same(await broker.redis.hkeys(data.attached), [(await broker.app.broker.subscriptions.read({ project: 'p', id: 'real', full: 'projects/p/subscriptions/real' })).uid]);
+    t.same(await broker.redis.hkeys(data.attached), [
+      (await broker.app.broker.subscriptions.read({ project: 'p', id: 'real', full: 'projects/p/subscriptions/real' }))
+        .uid,
+    ]);
     t.equal(await broker.redis.zcard(ctx.keys.pendingCleanups), 0, 'no mark left');
-    const real = await broker.api('POST', '/v1/projects/p/subscriptions/real:pull', { maxMessages: 10, returnImmediately: true });
+    const real = await broker.api('POST', '/v1/projects/p/subscriptions/real:pull', {
+      maxMessages: 10,
+      returnImmediately: true,
+    });
     t.equal(real.body.receivedMessages.length, 1, 'the real subscription is untouched');
   });
 
@@ -109,12 +200,21 @@ for (const target of redisTargets()) {
     const { subscriptions } = broker.app.broker;
     const now = () => Number(clock.scriptTime());
     await broker.api('PUT', TOPIC, {});
-    await broker.api('PUT', '/v1/projects/p/subscriptions/idle', { topic: topicName.full, expirationPolicy: { ttl: '86400s' } });
-    await broker.api('PUT', '/v1/projects/p/subscriptions/busy', { topic: topicName.full, expirationPolicy: { ttl: '86400s' } });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/idle', {
+      topic: topicName.full,
+      expirationPolicy: { ttl: '86400s' },
+    });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/busy', {
+      topic: topicName.full,
+      expirationPolicy: { ttl: '86400s' },
+    });
     await broker.api('PUT', '/v1/projects/p/subscriptions/forever', { topic: topicName.full, expirationPolicy: {} });
     await broker.api('PUT', '/v1/projects/p/subscriptions/default', { topic: topicName.full });
 
-    await broker.api('PUT', '/v1/projects/p/subscriptions/streamed', { topic: topicName.full, expirationPolicy: { ttl: '86400s' } });
+    await broker.api('PUT', '/v1/projects/p/subscriptions/streamed', {
+      topic: topicName.full,
+      expirationPolicy: { ttl: '86400s' },
+    });
 
     clock.advanceSeconds(86000);
     await broker.api('POST', '/v1/projects/p/subscriptions/busy:pull', { maxMessages: 1, returnImmediately: true });
@@ -124,15 +224,27 @@ for (const target of redisTargets()) {
     t.equal(await subscriptions.expireIdle(now()), 0, 'nothing idle for a whole day yet');
     clock.advanceSeconds(401);
     t.equal(await subscriptions.expireIdle(now()), 1, 'one day after its creation, the unused subscription expires');
-    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/streamed')).status, 200, 'an open stream kept its subscription');
+    t.equal(
+      (await broker.api('GET', '/v1/projects/p/subscriptions/streamed')).status,
+      200,
+      'an open stream kept its subscription',
+    );
     t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/idle')).status, 404);
-    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/busy')).status, 200, 'a pull kept the other one in use');
+    t.equal(
+      (await broker.api('GET', '/v1/projects/p/subscriptions/busy')).status,
+      200,
+      'a pull kept the other one in use',
+    );
 
     clock.advanceSeconds(86400);
     t.equal(await subscriptions.expireIdle(now()), 2, 'a day after their last use, the others expire too');
     clock.advanceSeconds(40 * 86400);
     t.equal(await subscriptions.expireIdle(now()), 1, 'the default policy (31 days) expires as well');
-    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/forever')).status, 200, 'an empty ttl never expires');
+    t.equal(
+      (await broker.api('GET', '/v1/projects/p/subscriptions/forever')).status,
+      200,
+      'an empty ttl never expires',
+    );
     const { data } = await topicKeys(broker);
     t.equal(await broker.redis.hlen(data.attached), 1, 'expired subscriptions are detached from the topic');
   });

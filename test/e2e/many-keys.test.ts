@@ -21,12 +21,18 @@ for (const target of redisTargets()) {
       for (let start = 0; start < KEYS; start += 500) {
         await Promise.all(
           Array.from({ length: 500 }, (_, i) =>
-            broker.api('POST', `${topic}:publish`, { messages: [{ data: b64(`${round}`), orderingKey: `key-${start + i}` }] }),
+            broker.api('POST', `${topic}:publish`, {
+              messages: [{ data: b64(`${round}`), orderingKey: `key-${start + i}` }],
+            }),
           ),
         );
       }
     }
-    const record = await broker.app.broker.subscriptions.read({ project: 'p', id: 'keys-sub', full: 'projects/p/subscriptions/keys-sub' });
+    const record = await broker.app.broker.subscriptions.read({
+      project: 'p',
+      id: 'keys-sub',
+      full: 'projects/p/subscriptions/keys-sub',
+    });
     const data = new Keys(broker.prefix).topicData(record.topicUid).subscription(record.uid);
     t.equal(await broker.redis.llen(data.ready), KEYS, 'one ready entry per key with messages, not per message');
 
@@ -46,7 +52,10 @@ for (const target of redisTargets()) {
     }
     t.equal(total, 2 * KEYS, 'every message delivered once');
     t.equal(seen.size, KEYS);
-    t.ok([...seen.values()].every((list) => list.join() === '0,1'), 'each key in publish order');
+    t.ok(
+      [...seen.values()].every((list) => list.join() === '0,1'),
+      'each key in publish order',
+    );
     t.equal(await broker.redis.hlen(data.keyStates), 0, 'no state left for idle keys');
     t.equal(await broker.redis.zcard(data.keyed), 0);
   });

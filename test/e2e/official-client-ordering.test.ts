@@ -17,9 +17,23 @@ const redis = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
 const app = await buildApp({ redis, keyPrefix: uniquePrefix('official-ordering'), pullWaitMs: 500 });
 await app.listen({ port: 0, host: '127.0.0.1' });
 const port = (app.server.address() as AddressInfo).port;
-const authClient = new PassThroughClient({ transporterOptions: { validateStatus: () => true } }) as unknown as ClientConfig['authClient'];
-const pubsub = new PubSub({ projectId: 'ordering', apiEndpoint: `127.0.0.1:${port}`, fallback: 'rest', protocol: 'http', authClient } as ClientConfig);
-const subscriber = new v1.SubscriberClient({ servicePath: '127.0.0.1', port, fallback: 'rest', protocol: 'http', authClient });
+const authClient = new PassThroughClient({
+  transporterOptions: { validateStatus: () => true },
+}) as unknown as ClientConfig['authClient'];
+const pubsub = new PubSub({
+  projectId: 'ordering',
+  apiEndpoint: `127.0.0.1:${port}`,
+  fallback: 'rest',
+  protocol: 'http',
+  authClient,
+} as ClientConfig);
+const subscriber = new v1.SubscriberClient({
+  servicePath: '127.0.0.1',
+  port,
+  fallback: 'rest',
+  protocol: 'http',
+  authClient,
+});
 t.teardown(async () => {
   await subscriber.close();
   await pubsub.close();
@@ -44,11 +58,18 @@ t.test('ordering keys published by the official client are pulled in order', asy
 
   const received = new Map<string, string[]>(keys.map((key) => [key, []]));
   for (let round = 0; round < 100 && [...received.values()].flat().length < 60; round++) {
-    const [response] = await subscriber.pull({ subscription: 'projects/ordering/subscriptions/orders-ordered', maxMessages: 10 });
+    const [response] = await subscriber.pull({
+      subscription: 'projects/ordering/subscriptions/orders-ordered',
+      maxMessages: 10,
+    });
     const messages = response.receivedMessages ?? [];
-    for (const { message } of messages) received.get(message!.orderingKey!)!.push(Buffer.from(message!.data as Uint8Array).toString());
+    for (const { message } of messages)
+      received.get(message!.orderingKey!)!.push(Buffer.from(message!.data as Uint8Array).toString());
     if (messages.length > 0) {
-      await subscriber.acknowledge({ subscription: 'projects/ordering/subscriptions/orders-ordered', ackIds: messages.map((m) => m.ackId!) });
+      await subscriber.acknowledge({
+        subscription: 'projects/ordering/subscriptions/orders-ordered',
+        ackIds: messages.map((m) => m.ackId!),
+      });
     }
   }
   for (const key of keys) t.same(received.get(key), published.get(key), `${key} arrives in publish order`);

@@ -55,7 +55,9 @@ import { testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
 const outgoing: string[] = [];
 const onRequestStart = (message: unknown) => {
   const request = (message as { request: ClientRequest }).request;
-  outgoing.push(`${request.method} ${request.protocol}//${String(request.getHeader('host') ?? request.host)}${request.path}`);
+  outgoing.push(
+    `${request.method} ${request.protocol}//${String(request.getHeader('host') ?? request.host)}${request.path}`,
+  );
 };
 diagnosticsChannel.subscribe('http.client.request.start', onRequestStart);
 
@@ -67,7 +69,9 @@ type PullResponse = import('@google-cloud/pubsub').protos.google.pubsub.v1.IPull
 // The library's own classifier for exactly-once ack errors (what ackWithResponse() reports).
 const require = createRequire(import.meta.url);
 const { processAckErrorInfo } = require('@google-cloud/pubsub/build/src/ack-metadata.js') as {
-  processAckErrorInfo: (error: GoogleError) => Map<string, { transient: boolean; response?: string; rawErrorCode?: string }>;
+  processAckErrorInfo: (
+    error: GoogleError,
+  ) => Map<string, { transient: boolean; response?: string; rawErrorCode?: string }>;
 };
 
 const PROJECT = 'test-project';
@@ -77,7 +81,13 @@ const app = await buildApp({ redis, keyPrefix: uniquePrefix('official'), pullWai
 const wire: { method: string; url: string; authorization?: string; body: unknown; bytes: number }[] = [];
 app.addHook('preHandler', async (request) => {
   const bytes = Number(request.headers['content-length'] ?? 0);
-  wire.push({ method: request.method, url: request.url, authorization: request.headers.authorization, body: request.body, bytes });
+  wire.push({
+    method: request.method,
+    url: request.url,
+    authorization: request.headers.authorization,
+    body: request.body,
+    bytes,
+  });
 });
 await app.listen({ port: 0, host: '127.0.0.1' });
 const port = (app.server.address() as AddressInfo).port;
@@ -126,7 +136,10 @@ async function rejection(fn: () => Promise<unknown>): Promise<GoogleError> {
 async function pullMessages(subscription: string, count: number) {
   const received = [];
   for (let attempt = 0; attempt < 5 && received.length < count; attempt++) {
-    const [response]: [PullResponse, ...unknown[]] = await subscriber.pull({ subscription, maxMessages: count - received.length });
+    const [response]: [PullResponse, ...unknown[]] = await subscriber.pull({
+      subscription,
+      maxMessages: count - received.length,
+    });
     received.push(...(response.receivedMessages ?? []));
   }
   return received;
@@ -151,7 +164,10 @@ t.test('admin: topics and subscriptions through the high-level client', async (t
   t.same(await pubsub.topic(unique('never-created')).exists(), [false]);
 
   const [topics] = await pubsub.getTopics();
-  t.ok(topics.some((x) => x.name === topicPath(topicId)), 'getTopics lists the new topic');
+  t.ok(
+    topics.some((x) => x.name === topicPath(topicId)),
+    'getTopics lists the new topic',
+  );
 
   const plainId = unique('admin-plain');
   const eodId = unique('admin-eod');
@@ -170,7 +186,10 @@ t.test('admin: topics and subscriptions through the high-level client', async (t
 
   const [allSubscriptions] = await pubsub.getSubscriptions();
   const names = allSubscriptions.map((x) => x.name);
-  t.ok(names.includes(subscriptionPath(plainId)) && names.includes(subscriptionPath(eodId)), 'getSubscriptions lists both');
+  t.ok(
+    names.includes(subscriptionPath(plainId)) && names.includes(subscriptionPath(eodId)),
+    'getSubscriptions lists both',
+  );
   const [topicSubscriptions] = await topic.getSubscriptions();
   t.same(topicSubscriptions.map((x) => x.name).sort(), [subscriptionPath(plainId), subscriptionPath(eodId)].sort());
 
@@ -179,10 +198,17 @@ t.test('admin: topics and subscriptions through the high-level client', async (t
   t.equal(updated.ackDeadlineSeconds, 45);
   t.same(updated.labels, { stage: 'two' });
   const patch = wire.filter((x) => x.method === 'PATCH').at(-1);
-  t.match(patch, {
-    url: `/v1/projects/${PROJECT}/subscriptions/${plainId}?$alt=json%3Benum-encoding=int`,
-    body: { updateMask: 'ack_deadline_seconds,labels', subscription: { ackDeadlineSeconds: 45, labels: { stage: 'two' } } },
-  }, 'the PATCH the client sent');
+  t.match(
+    patch,
+    {
+      url: `/v1/projects/${PROJECT}/subscriptions/${plainId}?$alt=json%3Benum-encoding=int`,
+      body: {
+        updateMask: 'ack_deadline_seconds,labels',
+        subscription: { ackDeadlineSeconds: 45, labels: { stage: 'two' } },
+      },
+    },
+    'the PATCH the client sent',
+  );
   // The v1 client with an explicit lowerCamelCase-equivalent mask.
   const [viaV1] = await subscriber.updateSubscription({
     subscription: { name: subscriptionPath(plainId), retainAckedMessages: true },
@@ -294,7 +320,10 @@ t.test('a batch over 128 KB (parsed with its data lifted out) arrives intact', a
   const ids = await Promise.all(sent.map((message) => topic.publishMessage(message)));
   t.equal(new Set(ids).size, sent.length, 'every message published');
   const publishes = wire.filter((request) => request.url.includes(topicId) && request.url.includes('publish'));
-  t.ok(publishes.some((request) => request.bytes > LIFT_ABOVE_BYTES), `a publish request over 128 KB (${publishes.map((r) => r.bytes).join(', ')} bytes)`);
+  t.ok(
+    publishes.some((request) => request.bytes > LIFT_ABOVE_BYTES),
+    `a publish request over 128 KB (${publishes.map((r) => r.bytes).join(', ')} bytes)`,
+  );
   const received = await pullMessages(subscriptionPath(subId), sent.length);
   t.equal(received.length, sent.length, 'every message pulled');
   const byN = new Map(received.map((r) => [r.message!.attributes!.n, r.message!]));
@@ -326,11 +355,15 @@ t.test('exactly-once ack failures are decoded by the client', async (t) => {
     t.match(error.message, /acknowledgement ids in the request were invalid/);
     t.match(error.statusDetails, [{ reason: 'EXACTLY_ONCE_ACKID_FAILURE' }], 'the ErrorInfo is in statusDetails');
     const classified = processAckErrorInfo(error);
-    t.same(classified.get(ackId), {
-      transient: false,
-      response: 'INVALID',
-      rawErrorCode: 'PERMANENT_FAILURE_INVALID_ACK_ID',
-    }, 'the library classifies it as AckResponses.Invalid');
+    t.same(
+      classified.get(ackId),
+      {
+        transient: false,
+        response: 'INVALID',
+        rawErrorCode: 'PERMANENT_FAILURE_INVALID_ACK_ID',
+      },
+      'the library classifies it as AckResponses.Invalid',
+    );
   };
 
   t.test('acking the same ack ID twice', async (t) => {
@@ -360,7 +393,9 @@ t.test('exactly-once ack failures are decoded by the client', async (t) => {
     checkInvalidAckId(t, staleModack, first.ackId!);
 
     // A mixed request fails as a whole but lists only the bad ID; the good one is applied.
-    const mixed = await rejection(() => subscriber.acknowledge({ subscription, ackIds: [first.ackId!, second.ackId!] }));
+    const mixed = await rejection(() =>
+      subscriber.acknowledge({ subscription, ackIds: [first.ackId!, second.ackId!] }),
+    );
     checkInvalidAckId(t, mixed, first.ackId!);
     const [left] = await subscriber.pull({ subscription, maxMessages: 10, returnImmediately: true });
     t.same(left.receivedMessages ?? [], [], 'the valid ack ID in the failed request was acknowledged');
@@ -370,7 +405,10 @@ t.test('exactly-once ack failures are decoded by the client', async (t) => {
 t.test('without validateStatus, gax 5 hands back raw GaxiosErrors (why the config sets it)', async (t) => {
   // Documents a client-side limitation, not broker behaviour: the same broker answer (404 with
   // "status": "NOT_FOUND") is decoded only when the auth client's gaxios does not throw first.
-  const stock = new PubSub({ ...clientConfig, authClient: new PassThroughClient() as unknown as ClientConfig['authClient'] });
+  const stock = new PubSub({
+    ...clientConfig,
+    authClient: new PassThroughClient() as unknown as ClientConfig['authClient'],
+  });
   t.teardown(() => stock.close());
   const error = (await rejection(() => stock.topic(unique('missing')).get())) as unknown as Record<string, unknown>;
   t.equal(error.constructor.name, 'GaxiosError');
@@ -380,7 +418,11 @@ t.test('without validateStatus, gax 5 hands back raw GaxiosErrors (why the confi
 });
 
 t.test('no request left for anywhere but the broker', async (t) => {
-  t.same(wire.filter((x) => x.authorization !== undefined), [], 'no Authorization header was ever sent');
+  t.same(
+    wire.filter((x) => x.authorization !== undefined),
+    [],
+    'no Authorization header was ever sent',
+  );
   const elsewhere = outgoing.filter((line) => !line.includes(`//127.0.0.1:${port}/`));
   t.same(elsewhere, [], 'no token endpoint, no metadata server, no googleapis.com');
   t.ok(outgoing.length > 0, 'the guard saw the client requests');

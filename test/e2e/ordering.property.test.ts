@@ -21,7 +21,6 @@ const STEPS = 700;
 const CONSUMERS = 4;
 const ACK_DEADLINE = 10;
 
-
 interface Lease {
   ackId: string;
   id: string;
@@ -177,14 +176,18 @@ for (const exactlyOnce of [false, true]) {
         if (chosen.length === 0) return () => {};
         const response = await broker.api('POST', `${sub}:acknowledge`, { ackIds: chosen.map((lease) => lease.ackId) });
         return () => {
-          if (response.status !== 200) model.violations.push(`valid in-order ack failed: ${JSON.stringify(response.body)}`);
+          if (response.status !== 200)
+            model.violations.push(`valid in-order ack failed: ${JSON.stringify(response.body)}`);
           for (const lease of chosen) model.ackSucceeded(lease);
         };
       };
       const nackOne = async (consumer: number) => {
         const lease = pick(held(consumer));
         if (!lease) return () => {};
-        const response = await broker.api('POST', `${sub}:modifyAckDeadline`, { ackIds: [lease.ackId], ackDeadlineSeconds: 0 });
+        const response = await broker.api('POST', `${sub}:modifyAckDeadline`, {
+          ackIds: [lease.ackId],
+          ackDeadlineSeconds: 0,
+        });
         return () => {
           if (response.status !== 200) model.violations.push(`valid nack failed: ${JSON.stringify(response.body)}`);
           model.revokeFrom(lease);
@@ -194,15 +197,22 @@ for (const exactlyOnce of [false, true]) {
         const lease = pick(held(consumer));
         if (!lease) return () => {};
         const seconds = 10 + Math.floor(random() * 20);
-        const response = await broker.api('POST', `${sub}:modifyAckDeadline`, { ackIds: [lease.ackId], ackDeadlineSeconds: seconds });
+        const response = await broker.api('POST', `${sub}:modifyAckDeadline`, {
+          ackIds: [lease.ackId],
+          ackDeadlineSeconds: seconds,
+        });
         return () => {
-          if (response.status !== 200) model.violations.push(`valid extension failed: ${JSON.stringify(response.body)}`);
+          if (response.status !== 200)
+            model.violations.push(`valid extension failed: ${JSON.stringify(response.body)}`);
           lease.deadline = model.now + seconds;
         };
       };
       /** Exactly-once: acking a later message of a key before an earlier one is refused. */
       const ackOutOfOrder = async (consumer: number) => {
-        const candidates = held(consumer).filter((lease) => lease.key !== '' && lease.index > 0 && !model.acked.has(model.order.get(lease.key)![lease.index - 1]));
+        const candidates = held(consumer).filter(
+          (lease) =>
+            lease.key !== '' && lease.index > 0 && !model.acked.has(model.order.get(lease.key)![lease.index - 1]),
+        );
         const lease = pick(candidates);
         if (!lease) return () => {};
         const response = await broker.api('POST', `${sub}:acknowledge`, { ackIds: [lease.ackId] });
@@ -238,7 +248,9 @@ for (const exactlyOnce of [false, true]) {
             : ['PERMANENT_FAILURE_INVALID_ACK_ID', 'TRANSIENT_FAILURE_UNORDERED_ACK_ID'];
           const refused = response.status === 400 && allowed.includes(metadata?.[lease.ackId]);
           if (exactlyOnce ? !refused : response.status !== 200) {
-            model.violations.push(`stale ack of ${lease.id} answered ${response.status} ${JSON.stringify(response.body)}`);
+            model.violations.push(
+              `stale ack of ${lease.id} answered ${response.status} ${JSON.stringify(response.body)}`,
+            );
           }
         };
       };
@@ -247,7 +259,18 @@ for (const exactlyOnce of [false, true]) {
         for (const lease of held(consumer)) lease.consumer = -1;
       };
 
-      const actions = [pull, pull, pull, ackSome, ackSome, nackOne, extendOne, dropHeld, ackStale, ...(exactlyOnce ? [ackOutOfOrder] : [])];
+      const actions = [
+        pull,
+        pull,
+        pull,
+        ackSome,
+        ackSome,
+        nackOne,
+        extendOne,
+        dropHeld,
+        ackStale,
+        ...(exactlyOnce ? [ackOutOfOrder] : []),
+      ];
       for (let step = 0; step < STEPS && model.violations.length === 0; step++) {
         if (random() < 0.15) {
           const seconds = Math.floor(random() * 8);
@@ -262,8 +285,12 @@ for (const exactlyOnce of [false, true]) {
         const [actionA, actionB] = [pick(actions), pick(actions)];
         const results = await Promise.all([actionA(a), actionB(b)]);
         const pulls = [actionA === pull, actionB === pull];
-        results.forEach((apply, i) => !pulls[i] && apply());
-        results.forEach((apply, i) => pulls[i] && apply());
+        results.forEach((apply, i) => {
+          if (!pulls[i]) apply();
+        });
+        results.forEach((apply, i) => {
+          if (pulls[i]) apply();
+        });
       }
 
       // Drain: let every lease run out, then pull and ack in order until nothing is left.
@@ -276,7 +303,9 @@ for (const exactlyOnce of [false, true]) {
         model.delivered(0, received);
         if (received.length === 0) break;
         const leases = received.map((m: any) => model.leases.get(m.message.messageId)!);
-        const ack = await broker.api('POST', `${sub}:acknowledge`, { ackIds: leases.map((lease: Lease) => lease.ackId) });
+        const ack = await broker.api('POST', `${sub}:acknowledge`, {
+          ackIds: leases.map((lease: Lease) => lease.ackId),
+        });
         if (ack.status !== 200) model.violations.push(`drain ack failed: ${JSON.stringify(ack.body)}`);
         for (const lease of leases) model.ackSucceeded(lease);
       }

@@ -38,10 +38,14 @@ async function twoBrokers(t: Test, target: RedisTarget, rememberTopicMs: number)
   return { first: jsonApi(apps[0]), second: jsonApi(apps[1]), prefix, redis, topicReads: () => reads };
 }
 
-const publish = (api: JsonApi, text: string) => api('POST', `${P}/topics/orders:publish`, { messages: [{ data: b64(text) }] });
+const publish = (api: JsonApi, text: string) =>
+  api('POST', `${P}/topics/orders:publish`, { messages: [{ data: b64(text) }] });
 
 async function pulled(api: JsonApi, subscription: string): Promise<string[]> {
-  const { body } = await api('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 10, returnImmediately: true });
+  const { body } = await api('POST', `${P}/subscriptions/${subscription}:pull`, {
+    maxMessages: 10,
+    returnImmediately: true,
+  });
   return (body.receivedMessages ?? []).map((m: any) => unb64(m.message.data));
 }
 
@@ -65,7 +69,11 @@ for (const target of redisTargets()) {
     t.equal((await publish(first, 'four')).status, 200, 'and again, from the remembered new record');
     t.equal(topicReads(), 3, 'one more read, for the new incarnation');
     t.same(await pulled(second, 'new-orders'), ['three', 'four'], 'the new incarnation has them');
-    t.same(await pulled(second, 'old-orders'), ['one', 'one and a half'], 'the old subscription keeps only what it held');
+    t.same(
+      await pulled(second, 'old-orders'),
+      ['one', 'one and a half'],
+      'the old subscription keeps only what it held',
+    );
   });
 
   t.test(`${target.name}: a topic whose keys are gone is refused once the remembered record expires`, async (t) => {

@@ -32,65 +32,78 @@ async function topicWithSubscription(t: Test, broker: TestBroker, id: string): P
 for (const target of redisTargets()) {
   for (const staged of [false, true]) {
     const how = staged ? 'staged bodies' : 'bodies in the call';
-    t.test(`${target.name}, ${how}: the publish script stores a stamp within its window and refuses one outside`, async (t) => {
-      const broker = await startBroker(t, { target, name: 'stamp-window' });
-      await topicWithSubscription(t, broker, 'window');
-      const topic = await topicData(broker, 'window');
-      const { ctx, data } = topic;
-      const stagingKey = data.staging('stamp-window');
-      const publishAt = (stampUs: number) => callPublishScript(topic, { text: `at ${stampUs}`, stampUs, staged, stagingKey });
+    t.test(
+      `${target.name}, ${how}: the publish script stores a stamp within its window and refuses one outside`,
+      async (t) => {
+        const broker = await startBroker(t, { target, name: 'stamp-window' });
+        await topicWithSubscription(t, broker, 'window');
+        const topic = await topicData(broker, 'window');
+        const { ctx, data } = topic;
+        const stagingKey = data.staging('stamp-window');
+        const publishAt = (stampUs: number) =>
+          callPublishScript(topic, { text: `at ${stampUs}`, stampUs, staged, stagingKey });
 
-      for (const offsetUs of [-HOUR_US, -10_500_000, 1_500_000, HOUR_US]) {
-        const before = await redisTimeUs(ctx.redis);
-        const { reply } = await publishAt(before + offsetUs);
-        const after = await redisTimeUs(ctx.redis);
-        t.equal(reply[0], -3, `a stamp ${offsetUs / 1e6} s off is refused`);
-        t.ok(reply[1] >= before && reply[1] <= after, 'the refusal carries the script time');
-      }
-      t.equal(await ctx.redis.hget(data.state, 'block'), null, 'no refused publish took a sequence number');
-      t.equal((await storedBodies(ctx.redis, data)).size, 0, 'no refused publish stored a body');
-      t.equal(await ctx.redis.exists(stagingKey), 0, 'nor left its staged bodies');
+        for (const offsetUs of [-HOUR_US, -10_500_000, 1_500_000, HOUR_US]) {
+          const before = await redisTimeUs(ctx.redis);
+          const { reply } = await publishAt(before + offsetUs);
+          const after = await redisTimeUs(ctx.redis);
+          t.equal(reply[0], -3, `a stamp ${offsetUs / 1e6} s off is refused`);
+          t.ok(reply[1] >= before && reply[1] <= after, 'the refusal carries the script time');
+        }
+        t.equal(await ctx.redis.hget(data.state, 'block'), null, 'no refused publish took a sequence number');
+        t.equal((await storedBodies(ctx.redis, data)).size, 0, 'no refused publish stored a body');
+        t.equal(await ctx.redis.exists(stagingKey), 0, 'nor left its staged bodies');
 
-      for (const offsetUs of [-9_000_000, 0, 500_000]) {
-        const stampUs = (await redisTimeUs(ctx.redis)) + offsetUs;
-        const { reply, body } = await publishAt(stampUs);
-        t.equal(reply[0], 1, `a stamp ${offsetUs / 1e6} s off is accepted`);
-        const stored = (await storedBodies(ctx.redis, data)).get(String(reply[1]));
-        t.same(stored, body, 'the body is stored exactly as sent');
-        t.equal(unpackMessage(stored!).publishTimeUs, stampUs, 'with the stamped time');
-        t.equal(await ctx.redis.ttl(data.bodyBlock(Math.floor(reply[1] / SEQS_PER_BLOCK))), -1, 'its body block does not expire');
-      }
-      t.equal(await ctx.redis.exists(stagingKey), 0, 'no staging key is left');
-      t.equal((await pullNow(broker, 'window')).length, 3, 'the three accepted messages are delivered');
-    });
+        for (const offsetUs of [-9_000_000, 0, 500_000]) {
+          const stampUs = (await redisTimeUs(ctx.redis)) + offsetUs;
+          const { reply, body } = await publishAt(stampUs);
+          t.equal(reply[0], 1, `a stamp ${offsetUs / 1e6} s off is accepted`);
+          const stored = (await storedBodies(ctx.redis, data)).get(String(reply[1]));
+          t.same(stored, body, 'the body is stored exactly as sent');
+          t.equal(unpackMessage(stored!).publishTimeUs, stampUs, 'with the stamped time');
+          t.equal(
+            await ctx.redis.ttl(data.bodyBlock(Math.floor(reply[1] / SEQS_PER_BLOCK))),
+            -1,
+            'its body block does not expire',
+          );
+        }
+        t.equal(await ctx.redis.exists(stagingKey), 0, 'no staging key is left');
+        t.equal((await pullNow(broker, 'window')).length, 3, 'the three accepted messages are delivered');
+      },
+    );
   }
 
   for (const [reading, offsetUs] of [
     ['an hour behind', -HOUR_US],
     ['an hour ahead', HOUR_US],
   ] as const) {
-    t.test(`${target.name}: a broker whose reading of the clock is ${reading} still stamps the right time`, async (t) => {
-      const broker = await startBroker(t, { target, name: 'stale-reading' });
-      await topicWithSubscription(t, broker, 'stale');
-      const ctx = broker.app.broker.ctx;
-      ctx.publishClock.observe((await redisTimeUs(ctx.redis)) + offsetUs);
-      for (const round of [1, 2]) {
-        const before = await redisTimeUs(ctx.redis);
-        const { status, body } = await broker.api('POST', `${P}/topics/stale:publish`, { messages: [{ data: b64(`round ${round}`) }] });
-        const after = await redisTimeUs(ctx.redis);
-        t.equal(status, 200, `publish ${round} succeeds`);
-        t.equal(body.messageIds.length, 1);
-        const [received] = await pullNow(broker, 'stale');
-        const publishedUs = timestampUs(received.message.publishTime);
-        // A stamp may trail by how long the reply it was read from took to reach the broker
-        // (clock.ts): a quarter of a second allows a busy test machine, and an hour off would show.
-        t.ok(
-          publishedUs >= before - STAMP_TRAIL_ALLOWANCE_US && publishedUs <= after,
-          `publish ${round}: publishTime lies within the publish (${received.message.publishTime})`,
-        );
-        await broker.api('POST', `${P}/subscriptions/stale:acknowledge`, { ackIds: [received.ackId] });
-      }
-    });
+    t.test(
+      `${target.name}: a broker whose reading of the clock is ${reading} still stamps the right time`,
+      async (t) => {
+        const broker = await startBroker(t, { target, name: 'stale-reading' });
+        await topicWithSubscription(t, broker, 'stale');
+        const ctx = broker.app.broker.ctx;
+        ctx.publishClock.observe((await redisTimeUs(ctx.redis)) + offsetUs);
+        for (const round of [1, 2]) {
+          const before = await redisTimeUs(ctx.redis);
+          const { status, body } = await broker.api('POST', `${P}/topics/stale:publish`, {
+            messages: [{ data: b64(`round ${round}`) }],
+          });
+          const after = await redisTimeUs(ctx.redis);
+          t.equal(status, 200, `publish ${round} succeeds`);
+          t.equal(body.messageIds.length, 1);
+          const [received] = await pullNow(broker, 'stale');
+          const publishedUs = timestampUs(received.message.publishTime);
+          // A stamp may trail by how long the reply it was read from took to reach the broker
+          // (clock.ts): a quarter of a second allows a busy test machine, and an hour off would show.
+          t.ok(
+            publishedUs >= before - STAMP_TRAIL_ALLOWANCE_US && publishedUs <= after,
+            `publish ${round}: publishTime lies within the publish (${received.message.publishTime})`,
+          );
+          await broker.api('POST', `${P}/subscriptions/stale:acknowledge`, { ackIds: [received.ackId] });
+        }
+      },
+    );
   }
 
   t.test(`${target.name}: a publish whose every stamp is refused answers UNAVAILABLE after three`, async (t) => {
@@ -104,7 +117,9 @@ for (const target of redisTargets()) {
       stamps.push(args[1]);
       return [-3, (await redisTimeUs(broker.redis)) + HOUR_US * stamps.length];
     };
-    const { status, body } = await broker.api('POST', `${P}/topics/nostamp:publish`, { messages: [{ data: b64('never') }] });
+    const { status, body } = await broker.api('POST', `${P}/topics/nostamp:publish`, {
+      messages: [{ data: b64('never') }],
+    });
     scripts.runEncoded = runEncoded;
     t.equal(status, 503);
     t.equal(body.error.status, 'UNAVAILABLE');

@@ -38,7 +38,7 @@ for (const target of redisTargets()) {
     const neighbour = new Keys(`${base}xa`);
     await holdFormat1Messages(redis, neighbour, '0123456789abcdef');
     await redis.hset(older.topics, 'projects/p/topics/other', '{}');
-    t.equal(await claimStorageFormat(redis, older), undefined, 'another prefix\'s older bodies are no concern');
+    t.equal(await claimStorageFormat(redis, older), undefined, "another prefix's older bodies are no concern");
     await redis.del(older.storageFormat);
     await holdFormat1Messages(redis, older, 'fedcba9876543210');
     const problem = await claimStorageFormat(redis, older);
@@ -47,7 +47,11 @@ for (const target of redisTargets()) {
 
     const other = new Keys(uniquePrefix('format-other'));
     await redis.set(other.storageFormat, '99');
-    t.match(await claimStorageFormat(redis, other), /storage format 99/, 'a store recorded in another format is refused');
+    t.match(
+      await claimStorageFormat(redis, other),
+      /storage format 99/,
+      'a store recorded in another format is refused',
+    );
   });
 
   t.test(`${target.name}: a drained store of the earlier format is claimed, and its message IDs go on`, async (t) => {
@@ -69,7 +73,9 @@ for (const target of redisTargets()) {
     const app = await buildApp({ redis, keyPrefix: prefix });
     t.teardown(() => app.close());
     t.equal(await redis.get(keys.storageFormat), STORAGE_FORMAT, 'claimed');
-    const { body } = await jsonApi(app)('POST', '/v1/projects/p/topics/drained:publish', { messages: [{ data: 'QUJD' }] });
+    const { body } = await jsonApi(app)('POST', '/v1/projects/p/topics/drained:publish', {
+      messages: [{ data: 'QUJD' }],
+    });
     t.same(body.messageIds, ['6000'], 'the next message ID lies past every one format 1 handed out');
   });
 
@@ -79,7 +85,11 @@ for (const target of redisTargets()) {
     const keys = new Keys(uniquePrefix('format-refused'));
     await holdFormat1Messages(redis, keys, '0123456789abcdef');
     const problems: string[] = [];
-    const app = await buildApp({ redis, keyPrefix: keys.prefix, onStorageProblem: (problem) => problems.push(problem) });
+    const app = await buildApp({
+      redis,
+      keyPrefix: keys.prefix,
+      onStorageProblem: (problem) => problems.push(problem),
+    });
     t.teardown(() => app.close());
     t.match(problems, [/earlier version of the broker/], 'it heard why');
     const api = jsonApi(app);
@@ -136,14 +146,25 @@ t.test('with regions, a refused region is left out of use and out of the control
   });
   t.match(problems, [/^b: .*earlier version of the broker/], 'region b was refused');
   const api = jsonApi(app);
-  t.ok(await waitUntil(async () => (await api('PUT', '/v1/projects/p/topics/fresh', {})).status === 200, 5_000), 'region a serves');
-  t.equal((await api('GET', '/v1/projects/p/topics/orders')).status, 404, "region b's records were not copied into region a");
-  t.equal(await regionB.hexists(keys.topics, 'projects/p/topics/fresh'), 0, 'nor region a\'s into region b');
+  t.ok(
+    await waitUntil(async () => (await api('PUT', '/v1/projects/p/topics/fresh', {})).status === 200, 5_000),
+    'region a serves',
+  );
+  t.equal(
+    (await api('GET', '/v1/projects/p/topics/orders')).status,
+    404,
+    "region b's records were not copied into region a",
+  );
+  t.equal(await regionB.hexists(keys.topics, 'projects/p/topics/fresh'), 0, "nor region a's into region b");
 });
 
 /** What an earlier version of the broker left: a topic, and a message body in a `messages` hash. */
 async function holdFormat1Messages(redis: RedisClient, keys: Keys, uid: string): Promise<void> {
-  await redis.hset(keys.topics, 'projects/p/topics/orders', JSON.stringify({ name: 'projects/p/topics/orders', uid, version: 1 }));
+  await redis.hset(
+    keys.topics,
+    'projects/p/topics/orders',
+    JSON.stringify({ name: 'projects/p/topics/orders', uid, version: 1 }),
+  );
   await redis.hset(keys.topicData(uid).state, 'seq', '1');
   await redis.hset(`${keys.prefix}:{t${uid}}:messages`, '1', 'a body of the earlier format');
 }

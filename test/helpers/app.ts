@@ -25,7 +25,13 @@ interface Teardown {
 
 export async function startBroker(
   t: Teardown,
-  options: { target?: RedisTarget; clock?: Clock; pullWaitMs?: number; name?: string; stageBodiesFromBytes?: number } = {},
+  options: {
+    target?: RedisTarget;
+    clock?: Clock;
+    pullWaitMs?: number;
+    name?: string;
+    stageBodiesFromBytes?: number;
+  } = {},
 ): Promise<TestBroker> {
   const target = options.target ?? redisTargets()[0];
   const redis = target.connect();

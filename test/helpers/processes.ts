@@ -62,7 +62,11 @@ export async function startBrokerProcess(env: Record<string, string>, nodeArgs: 
 }
 
 /** Sends `signal` and resolves once the process has exited; SIGKILLs it if it still runs after `killAfterMs` (when given). */
-export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM', killAfterMs?: number): Promise<void> {
+export async function stopProcess(
+  child: ChildProcess,
+  signal: NodeJS.Signals = 'SIGTERM',
+  killAfterMs?: number,
+): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((done) => child.once('exit', done));
   child.kill(signal);

@@ -49,15 +49,24 @@ export async function startRedisProcess(t: { teardown(fn: () => unknown): void }
       const child = spawn(
         'redis-server',
         [
-          '--port', String(port),
-          '--bind', '127.0.0.1',
-          '--dir', dir,
-          '--appendonly', 'yes',
-          '--appendfsync', 'always',
-          '--save', '',
-          '--daemonize', 'no',
-          '--logfile', logFile,
-          '--maxmemory-policy', 'noeviction',
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--dir',
+          dir,
+          '--appendonly',
+          'yes',
+          '--appendfsync',
+          'always',
+          '--save',
+          '',
+          '--daemonize',
+          'no',
+          '--logfile',
+          logFile,
+          '--maxmemory-policy',
+          'noeviction',
         ],
         { stdio: 'ignore' },
       );
@@ -66,9 +75,11 @@ export async function startRedisProcess(t: { teardown(fn: () => unknown): void }
       child.once('exit', () => running.delete(child));
       const giveUpAt = Date.now() + 10_000;
       for (;;) {
-        if (child.exitCode !== null || child.signalCode !== null) throw new Error(`redis-server on ${port} exited at start:\n${server.log()}`);
+        if (child.exitCode !== null || child.signalCode !== null)
+          throw new Error(`redis-server on ${port} exited at start:\n${server.log()}`);
         if (await answersPing(port)) return;
-        if (Date.now() > giveUpAt) throw new Error(`redis-server on ${port} does not answer after 10 s:\n${server.log()}`);
+        if (Date.now() > giveUpAt)
+          throw new Error(`redis-server on ${port} does not answer after 10 s:\n${server.log()}`);
         await sleep(50);
       }
     },
@@ -97,7 +108,14 @@ export async function startRedisProcess(t: { teardown(fn: () => unknown): void }
 }
 
 async function answersPing(port: number): Promise<boolean> {
-  const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 1000 });
+  const client = new Redis({
+    host: '127.0.0.1',
+    port,
+    lazyConnect: true,
+    retryStrategy: () => null,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 1000,
+  });
   client.on('error', () => {});
   try {
     await client.connect();

@@ -30,7 +30,9 @@ for (const target of redisTargets()) {
 }
 
 t.test('standalone: cross-slot EVAL is allowed (so it cannot catch the bug)', async (t) => {
-  const redis = redisTargets().find((x) => x.name === 'standalone')!.connect();
+  const redis = redisTargets()
+    .find((x) => x.name === 'standalone')!
+    .connect();
   t.teardown(() => redis.quit());
   const p = uniquePrefix('crossslot');
   const keys = [`${p}:{a}`, `${p}:{b}`];
@@ -39,19 +41,23 @@ t.test('standalone: cross-slot EVAL is allowed (so it cannot catch the bug)', as
 });
 
 const clusterTarget = redisTargets().find((x) => x.name === 'cluster');
-t.test('cluster: cross-slot EVAL fails with CROSSSLOT', { skip: clusterTarget ? false : 'TEST_SKIP_CLUSTER is set' }, async (t) => {
-  const redis = clusterTarget!.connect();
-  t.teardown(() => redis.quit());
-  const p = uniquePrefix('crossslot');
+t.test(
+  'cluster: cross-slot EVAL fails with CROSSSLOT',
+  { skip: clusterTarget ? false : 'TEST_SKIP_CLUSTER is set' },
+  async (t) => {
+    const redis = clusterTarget!.connect();
+    t.teardown(() => redis.quit());
+    const p = uniquePrefix('crossslot');
 
-  // Hash tags {a} and {b} pin the keys to known, different slots.
-  const crossKeys = [`${p}:{a}`, `${p}:{b}`];
-  const slots = await Promise.all(crossKeys.map((k) => redis.cluster('KEYSLOT', k)));
-  t.not(slots[0], slots[1], 'the two keys live in different slots');
-  await t.rejects(redis.eval(MSET_SCRIPT, 2, ...crossKeys, '1', '2'), /CROSSSLOT/);
+    // Hash tags {a} and {b} pin the keys to known, different slots.
+    const crossKeys = [`${p}:{a}`, `${p}:{b}`];
+    const slots = await Promise.all(crossKeys.map((k) => redis.cluster('KEYSLOT', k)));
+    t.not(slots[0], slots[1], 'the two keys live in different slots');
+    await t.rejects(redis.eval(MSET_SCRIPT, 2, ...crossKeys, '1', '2'), /CROSSSLOT/);
 
-  // The same script is fine when the keys share a hash tag.
-  const sameKeys = [`${p}:{a}:1`, `${p}:{a}:2`];
-  t.equal(await redis.eval(MSET_SCRIPT, 2, ...sameKeys, '1', '2'), 'OK');
-  await redis.del(...sameKeys);
-});
+    // The same script is fine when the keys share a hash tag.
+    const sameKeys = [`${p}:{a}:1`, `${p}:{a}:2`];
+    t.equal(await redis.eval(MSET_SCRIPT, 2, ...sameKeys, '1', '2'), 'OK');
+    await redis.del(...sameKeys);
+  },
+);

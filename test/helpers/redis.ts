@@ -90,7 +90,8 @@ export async function storedBodies(redis: RedisClient, data: TopicKeys): Promise
   for (const key of await scanKeys(redis, `${data.bodies}*`)) {
     const block = Number(key.slice(data.bodies.length));
     const fields = await redis.hgetallBuffer(key);
-    for (const [field, body] of Object.entries(fields)) bodies.set(String(block * SEQS_PER_BLOCK + Number(field)), body);
+    for (const [field, body] of Object.entries(fields))
+      bodies.set(String(block * SEQS_PER_BLOCK + Number(field)), body);
   }
   return bodies;
 }

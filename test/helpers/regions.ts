@@ -44,7 +44,11 @@ export interface Deployment {
   waitReady: (region: string) => Promise<void>;
 }
 
-export async function startRegions(t: Teardown, names: string[], options: { pullWaitMs?: number } = {}): Promise<Deployment> {
+export async function startRegions(
+  t: Teardown,
+  names: string[],
+  options: { pullWaitMs?: number } = {},
+): Promise<Deployment> {
   const prefix = uniquePrefix('regions');
   const redis = new Map<string, RedisProcess>();
   for (const name of names) redis.set(name, await startRedisProcess(t, `redis-${name}`));
@@ -71,7 +75,8 @@ export async function startRegions(t: Teardown, names: string[], options: { pull
       for (const connection of connections) connection.disconnect();
     });
   }
-  const api = async (region: string, method: string, url: string, body?: unknown) => jsonApi(brokers.get(region)!.app, { orText: true })(method, url, body);
+  const api = async (region: string, method: string, url: string, body?: unknown) =>
+    jsonApi(brokers.get(region)!.app, { orText: true })(method, url, body);
   const waitReady = (region: string) => waitAppReady(brokers.get(region)!.app, `region ${region} not ready after 15 s`);
   for (const name of names) await waitReady(name);
   return { redis, brokers, prefix, api, waitReady };
@@ -80,7 +85,8 @@ export async function startRegions(t: Teardown, names: string[], options: { pull
 /** The un-acked counts of `subscription` (its full name) by region, from a /metrics text. */
 export function unackedByRegion(metrics: string, subscription: string): Map<string, number> {
   const counts = new Map<string, number>();
-  const line = /^pubsub_subscription_num_unacked_messages_by_region\{subscription="([^"]+)",region="([^"]*)"\} (\d+)$/gm;
+  const line =
+    /^pubsub_subscription_num_unacked_messages_by_region\{subscription="([^"]+)",region="([^"]*)"\} (\d+)$/gm;
   for (const match of metrics.matchAll(line)) {
     if (match[1] === subscription) counts.set(match[2], Number(match[3]));
   }

@@ -15,7 +15,10 @@ export async function topicData(broker: TestBroker, topicId: string) {
 
 /** One pull that does not wait (at most 100 messages) of a subscription of project p. */
 export async function pullNow(broker: TestBroker, subscriptionId: string): Promise<any[]> {
-  const { body } = await broker.api('POST', `/v1/projects/p/subscriptions/${subscriptionId}:pull`, { maxMessages: 100, returnImmediately: true });
+  const { body } = await broker.api('POST', `/v1/projects/p/subscriptions/${subscriptionId}:pull`, {
+    maxMessages: 100,
+    returnImmediately: true,
+  });
   return body.receivedMessages ?? [];
 }
 
@@ -26,7 +29,14 @@ export async function pullNow(broker: TestBroker, subscriptionId: string): Promi
  */
 export async function callPublishScript(
   topic: Awaited<ReturnType<typeof topicData>>,
-  options: { text: string; stampUs: number; staged: boolean; stagingKey: string; attachVersion?: string; count?: number },
+  options: {
+    text: string;
+    stampUs: number;
+    staged: boolean;
+    stagingKey: string;
+    attachVersion?: string;
+    count?: number;
+  },
 ): Promise<{ reply: number[]; body: Buffer }> {
   const { ctx, record, data } = topic;
   const [uid] = Object.keys(await ctx.redis.hgetall(data.attached));
@@ -35,7 +45,15 @@ export async function callPublishScript(
   const packed = packMessages([layoutMessage(b64(options.text))!], { asBlockFields: options.staged }) as BulkStrings;
   stampMessages(packed, options.stampUs);
   const keys = [data.state, data.bodies, data.refs, options.stagingKey, sub.ready, sub.keyed, sub.keyStates];
-  const args = ['', String(options.stampUs), attachVersion, ctx.keys.wakeChannel(record.uid), '', '0', String(options.count ?? 1)];
+  const args = [
+    '',
+    String(options.stampUs),
+    attachVersion,
+    ctx.keys.wakeChannel(record.uid),
+    '',
+    '0',
+    String(options.count ?? 1),
+  ];
   const reply = (await (options.staged
     ? ctx.scripts.runStaged('publish', keys, args, options.stagingKey, packed)
     : ctx.scripts.runEncoded('publish', keys, args, packed))) as number[];

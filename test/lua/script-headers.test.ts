@@ -108,7 +108,9 @@ function uses(body: string, table: 'KEYS' | 'ARGV') {
   return { literal, dynamic };
 }
 
-const files = readdirSync(LUA_DIR).filter((file) => file.endsWith('.lua') && file !== 'prelude.lua').sort();
+const files = readdirSync(LUA_DIR)
+  .filter((file) => file.endsWith('.lua') && file !== 'prelude.lua')
+  .sort();
 const scriptNames = files.map((file) => file.replace(/\.lua$/, '')).sort();
 const scripts = files.map(loadScript);
 
@@ -127,7 +129,10 @@ for (const script of scripts) {
 
     t.equal(header.purposeName, script.name, 'the header opens with "<script name>: purpose"');
     t.ok(header.keys.length > 0 || header.keysFrom !== undefined, 'lists its KEYS[i]');
-    t.ok(header.argv.length > 0 || header.argvFrom !== undefined || header.argvNone, 'lists its ARGV (or says "ARGV none")');
+    t.ok(
+      header.argv.length > 0 || header.argvFrom !== undefined || header.argvNone,
+      'lists its ARGV (or says "ARGV none")',
+    );
     t.ok(header.hasReturns, 'documents what it Returns');
     t.ok(header.hasInvariant, 'states its Invariant');
 
@@ -151,7 +156,8 @@ for (const script of scripts) {
     }
 
     const argv = uses(script.body, 'ARGV');
-    const argvDeclared = (n: number) => header.argv.includes(n) || (header.argvFrom !== undefined && n >= header.argvFrom);
+    const argvDeclared = (n: number) =>
+      header.argv.includes(n) || (header.argvFrom !== undefined && n >= header.argvFrom);
     const argvUndeclared = [...argv.literal].filter((n) => !argvDeclared(n)).sort((a, b) => a - b);
     t.same(argvUndeclared, [], 'every literal ARGV[n] used in the body is declared in the header');
     const argvUnused = header.argv.filter((n) => !argv.literal.has(n));
@@ -224,7 +230,8 @@ t.test('call sites pass as many KEYS as the header declares', async (t) => {
       }
       // KEYS written in the call, or in the closest `const <name> = [...]` before it.
       const declaration = m[2] === '[' ? undefined : text.lastIndexOf(`const ${m[2]} = [`, m.index);
-      const arrayStart = declaration === undefined ? m.index! + m[0].length - 1 : declaration + `const ${m[2]} = `.length;
+      const arrayStart =
+        declaration === undefined ? m.index! + m[0].length - 1 : declaration + `const ${m[2]} = `.length;
       const elements = declaration === -1 ? undefined : arrayElements(text, arrayStart);
       if (!elements) {
         t.fail(`${relative}: cannot read the KEYS array of the ${m[1]} call`);
@@ -238,7 +245,10 @@ t.test('call sites pass as many KEYS as the header declares', async (t) => {
         t.notOk(variadic, `${where}: no spread KEYS for a script with a fixed key list`);
         t.equal(fixed, header.keys.length, `${where}: passes ${header.keys.length} KEYS`);
       } else {
-        t.ok(fixed === header.keys.length, `${where}: passes the ${header.keys.length} fixed KEYS before the variadic ones`);
+        t.ok(
+          fixed === header.keys.length,
+          `${where}: passes the ${header.keys.length} fixed KEYS before the variadic ones`,
+        );
       }
       checked++;
     }

@@ -97,7 +97,9 @@ const bootStarted = Date.now();
 const brokerStarts = await Promise.allSettled(
   REGION_NAMES.map((name) => startBrokerProcess({ REGION: name, REGIONS, KEY_PREFIX, PULL_WAIT_SECONDS: '1' })),
 );
-const brokers: BrokerProcess[] = brokerStarts.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+const brokers: BrokerProcess[] = brokerStarts.flatMap((result) =>
+  result.status === 'fulfilled' ? [result.value] : [],
+);
 /** Nothing outlives this process, even when tap times it out (teardowns do not run then). */
 const killBrokers = () => {
   for (const { child } of brokers) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -116,7 +118,9 @@ if (failedStart) {
 t.teardown(async () => {
   await Promise.all(brokers.map(({ child }) => stopProcess(child, 'SIGTERM', 3000)));
 });
-t.comment(`3 regions ready in ${Date.now() - bootStarted} ms: ${REGION_NAMES.map((name, i) => `${name} ${brokers[i].url} (redis ${redises[i].port})`).join(', ')}`);
+t.comment(
+  `3 regions ready in ${Date.now() - bootStarted} ms: ${REGION_NAMES.map((name, i) => `${name} ${brokers[i].url} (redis ${redises[i].port})`).join(', ')}`,
+);
 
 interface Reply {
   status: number;
@@ -261,7 +265,8 @@ class Scenario {
 
   problem(category: string, text: string): void {
     this.problemCount++;
-    if (this.problemList.filter((p) => p.category === category).length < MAX_PROBLEMS) this.problemList.push({ category, text });
+    if (this.problemList.filter((p) => p.category === category).length < MAX_PROBLEMS)
+      this.problemList.push({ category, text });
   }
 
   problems(category: string): string[] {
@@ -274,7 +279,9 @@ class Scenario {
 
   async publish(by: string, via: number, count: number): Promise<PublishRecord> {
     const payloads = Array.from({ length: count }, () => `${this.name}:${by}:${this.payloadCounter++}`);
-    const reply = await http(via, 'POST', `${topicPath(this.topic)}:publish`, { messages: payloads.map((p) => ({ data: b64(p), attributes: { by } })) });
+    const reply = await http(via, 'POST', `${topicPath(this.topic)}:publish`, {
+      messages: payloads.map((p) => ({ data: b64(p), attributes: { by } })),
+    });
     const record: PublishRecord = {
       by,
       via,
@@ -292,7 +299,12 @@ class Scenario {
   }
 
   /** One pull; the messages, or undefined if it failed. */
-  async pull(sub: string, via: number, maxMessages: number, returnImmediately = false): Promise<DeliveryRecord[] | undefined> {
+  async pull(
+    sub: string,
+    via: number,
+    maxMessages: number,
+    returnImmediately = false,
+  ): Promise<DeliveryRecord[] | undefined> {
     const reply = await http(via, 'POST', `${subPath(this.sub)}:pull`, { maxMessages, returnImmediately });
     const received: any[] = reply.status === 200 ? (reply.body?.receivedMessages ?? []) : [];
     this.pulls.push({
@@ -349,7 +361,13 @@ class Scenario {
   }
 
   /** The per-ack-ID outcome of an acknowledge or modifyAckDeadline answer. */
-  private record(kind: Attempt['kind'], via: number, ackIds: string[], reply: Reply, late: boolean): Map<string, Outcome> {
+  private record(
+    kind: Attempt['kind'],
+    via: number,
+    ackIds: string[],
+    reply: Reply,
+    late: boolean,
+  ): Map<string, Outcome> {
     const outcomes = new Map<string, Outcome>();
     const detail = reply.body?.error?.details?.[0];
     if (reply.status === 200 && reply.body && Object.keys(reply.body).length === 0) {
@@ -363,7 +381,8 @@ class Scenario {
       typeof detail.metadata === 'object'
     ) {
       const metadata = detail.metadata as Record<string, string>;
-      if (Object.keys(metadata).length === 0) this.problem('ack', `${kind} answered 400 without naming a failed ack ID`);
+      if (Object.keys(metadata).length === 0)
+        this.problem('ack', `${kind} answered 400 without naming a failed ack ID`);
       for (const key of Object.keys(metadata)) {
         if (!ackIds.includes(key)) this.problem('ack', `${kind} answer names an ack ID that was not sent: ${key}`);
       }
@@ -384,7 +403,16 @@ class Scenario {
     }
     for (const [ackId, outcome] of outcomes) {
       const list = this.attempts.get(ackId) ?? [];
-      list.push({ kind, via, sentAt: reply.sentAt, recvAt: reply.recvAt, outcome, status: reply.status, late, text: outcome === 'ok' ? '' : reply.text.slice(0, 300) });
+      list.push({
+        kind,
+        via,
+        sentAt: reply.sentAt,
+        recvAt: reply.recvAt,
+        outcome,
+        status: reply.status,
+        late,
+        text: outcome === 'ok' ? '' : reply.text.slice(0, 300),
+      });
       this.attempts.set(ackId, list);
     }
     return outcomes;
@@ -417,7 +445,11 @@ class Scenario {
     return (this.deliveriesOf.get(id) ?? []).some((delivery) => {
       const attempts = (this.attempts.get(delivery.ackId) ?? []).filter((a) => a.kind === 'ack');
       const last = attempts[attempts.length - 1];
-      return attempts.some((a) => this.ambiguous(delivery, a)) && last?.outcome === 'permanent' && now > delivery.recvAt + DEADLINE_MS + 3000;
+      return (
+        attempts.some((a) => this.ambiguous(delivery, a)) &&
+        last?.outcome === 'permanent' &&
+        now > delivery.recvAt + DEADLINE_MS + 3000
+      );
     });
   }
 
@@ -431,7 +463,10 @@ class Scenario {
   describe(id: string): string {
     const deliveries = this.deliveriesOf.get(id) ?? [];
     return `${id}: ${deliveries.length} deliveries [${deliveries
-      .map((d) => `gen ${d.generation} to ${d.sub} via ${REGION_NAMES[d.via]} at ${d.recvAt % 100_000}; ${(this.attempts.get(d.ackId) ?? []).map((a) => `${a.kind} via ${REGION_NAMES[a.via]} ${a.outcome}${a.late ? ' (late)' : ''} at ${a.recvAt % 100_000}`).join(', ')}`)
+      .map(
+        (d) =>
+          `gen ${d.generation} to ${d.sub} via ${REGION_NAMES[d.via]} at ${d.recvAt % 100_000}; ${(this.attempts.get(d.ackId) ?? []).map((a) => `${a.kind} via ${REGION_NAMES[a.via]} ${a.outcome}${a.late ? ' (late)' : ''} at ${a.recvAt % 100_000}`).join(', ')}`,
+      )
       .join(' | ')}]`;
   }
 }
@@ -529,7 +564,14 @@ async function subscriber(sc: Scenario, id: number, stop: () => boolean, lateAck
  * Runs publishers and subscribers until every published message is settled and /metrics shows
  * nothing unacked anywhere, or the budget is spent. `during` runs alongside (the outage).
  */
-async function runWorkload(t: Test, sc: Scenario, spanMs: number, budgetMs: number, lateAcks: boolean, during?: () => Promise<void>) {
+async function runWorkload(
+  t: Test,
+  sc: Scenario,
+  spanMs: number,
+  budgetMs: number,
+  lateAcks: boolean,
+  during?: () => Promise<void>,
+) {
   let stopped = false;
   const started = Date.now();
   const running = Array.from({ length: SUBSCRIBERS }, (_, i) => subscriber(sc, i, () => stopped, lateAcks));
@@ -540,15 +582,25 @@ async function runWorkload(t: Test, sc: Scenario, spanMs: number, budgetMs: numb
   if (during) await during();
   const publishMs = await publishing;
   let lastMetrics: Map<string, number> | undefined;
-  const finished = await waitUntil(async () => {
-    if (!sc.settled()) return false;
-    lastMetrics = await unackedByRegion(randomRegion(), sc.sub);
-    return allZero(lastMetrics);
-  }, budgetMs - (Date.now() - started), 250);
+  const finished = await waitUntil(
+    async () => {
+      if (!sc.settled()) return false;
+      lastMetrics = await unackedByRegion(randomRegion(), sc.sub);
+      return allZero(lastMetrics);
+    },
+    budgetMs - (Date.now() - started),
+    250,
+  );
   const elapsed = Date.now() - started;
   if (!finished) {
     const open = [...sc.okIds].filter((id) => !sc.successes.has(id) && !sc.answerLostInCrash(id));
-    sc.problem('final', `not finished within ${budgetMs} ms: ${open.length} of ${sc.okIds.size} messages not acked, metrics ${JSON.stringify([...(lastMetrics ?? [])])}; e.g. ${open.slice(0, 8).map((id) => sc.describe(id)).join('; ')}`);
+    sc.problem(
+      'final',
+      `not finished within ${budgetMs} ms: ${open.length} of ${sc.okIds.size} messages not acked, metrics ${JSON.stringify([...(lastMetrics ?? [])])}; e.g. ${open
+        .slice(0, 8)
+        .map((id) => sc.describe(id))
+        .join('; ')}`,
+    );
   }
   stopped = true;
   await Promise.all(running);
@@ -590,10 +642,13 @@ function analyze(sc: Scenario) {
     const mustFail = viaKilled && pub.sentAt >= o!.killExitAt && pub.recvAt <= o!.restartAt;
     if (pub.status === 200) {
       figures.okPublishes++;
-      if (mustFail) sc.problem('publish', `publish through ${REGION_NAMES[pub.via]} answered 200 while its Redis was down`);
-      if (pub.ids.length !== pub.payloads.length) sc.problem('publish', `publish of ${pub.payloads.length} messages answered ${pub.ids.length} IDs`);
+      if (mustFail)
+        sc.problem('publish', `publish through ${REGION_NAMES[pub.via]} answered 200 while its Redis was down`);
+      if (pub.ids.length !== pub.payloads.length)
+        sc.problem('publish', `publish of ${pub.payloads.length} messages answered ${pub.ids.length} IDs`);
       pub.ids.forEach((id, i) => {
-        if (regionOfMessageId(id) !== REGION_NAMES[pub.via]) sc.problem('publish', `publish through ${REGION_NAMES[pub.via]} answered message ID ${id}`);
+        if (regionOfMessageId(id) !== REGION_NAMES[pub.via])
+          sc.problem('publish', `publish through ${REGION_NAMES[pub.via]} answered message ID ${id}`);
         if (allIds.has(id)) sc.problem('publish', `message ID ${id} answered twice`);
         allIds.add(id);
         okPayload.set(pub.payloads[i], id);
@@ -605,7 +660,10 @@ function analyze(sc: Scenario) {
       if (ambiguous) figures.ambiguousPublishes++;
       for (const payload of pub.payloads) failedPayload.set(payload, ambiguous);
       if (!(mayFail && pub.status === 503 && pub.errorStatus === 'UNAVAILABLE')) {
-        sc.problem('publish', `publish by ${pub.by} through ${REGION_NAMES[pub.via]} failed: ${pub.status} ${pub.text} (at +${pub.sentAt - (o?.killAt ?? 0)} ms from the kill)`);
+        sc.problem(
+          'publish',
+          `publish by ${pub.by} through ${REGION_NAMES[pub.via]} failed: ${pub.status} ${pub.text} (at +${pub.sentAt - (o?.killAt ?? 0)} ms from the kill)`,
+        );
       }
     }
   }
@@ -613,11 +671,21 @@ function analyze(sc: Scenario) {
   // Pulls.
   for (const pull of sc.pulls) {
     figures.maxPullMs = Math.max(figures.maxPullMs, pull.recvAt - pull.sentAt);
-    if (pull.recvAt - pull.sentAt > SLOW_PULL_MS) sc.problem('pull', `a pull by ${pull.sub} through ${REGION_NAMES[pull.via]} took ${pull.recvAt - pull.sentAt} ms`);
+    if (pull.recvAt - pull.sentAt > SLOW_PULL_MS)
+      sc.problem(
+        'pull',
+        `a pull by ${pull.sub} through ${REGION_NAMES[pull.via]} took ${pull.recvAt - pull.sentAt} ms`,
+      );
     const viaKilled = o !== undefined && pull.via === o.region;
     if (pull.status !== 200) {
-      const allowed = viaKilled && pull.status === 503 && pull.errorStatus === 'UNAVAILABLE' && pull.recvAt >= o!.killAt && pull.sentAt <= o!.readyAt + MARGIN_MS;
-      if (!allowed) sc.problem('pull', `pull by ${pull.sub} through ${REGION_NAMES[pull.via]} failed: ${pull.status} ${pull.text}`);
+      const allowed =
+        viaKilled &&
+        pull.status === 503 &&
+        pull.errorStatus === 'UNAVAILABLE' &&
+        pull.recvAt >= o!.killAt &&
+        pull.sentAt <= o!.readyAt + MARGIN_MS;
+      if (!allowed)
+        sc.problem('pull', `pull by ${pull.sub} through ${REGION_NAMES[pull.via]} failed: ${pull.status} ${pull.text}`);
     } else if (viaKilled && pull.sentAt >= o!.killExitAt && pull.recvAt <= o!.restartAt) {
       sc.problem('pull', `pull through ${REGION_NAMES[pull.via]} answered 200 while its Redis was down`);
     }
@@ -631,13 +699,20 @@ function analyze(sc: Scenario) {
       continue;
     }
     if (d.stored !== d.via) figures.crossRegionDeliveries++;
-    if (regionOfMessageId(d.messageId) !== REGION_NAMES[d.stored]) sc.problem('delivery', `message ${d.messageId} came with ack ID of region ${REGION_NAMES[d.stored]}`);
+    if (regionOfMessageId(d.messageId) !== REGION_NAMES[d.stored])
+      sc.problem('delivery', `message ${d.messageId} came with ack ID of region ${REGION_NAMES[d.stored]}`);
     const expectedId = okPayload.get(d.payload);
     if (expectedId !== undefined) {
-      if (expectedId !== d.messageId) sc.problem('delivery', `payload ${d.payload} published as ${expectedId} delivered as ${d.messageId}`);
+      if (expectedId !== d.messageId)
+        sc.problem('delivery', `payload ${d.payload} published as ${expectedId} delivered as ${d.messageId}`);
     } else if (failedPayload.has(d.payload)) {
-      if (!failedPayload.get(d.payload)) sc.problem('delivery', `payload ${d.payload} of a publish answered with an error was delivered (as ${d.messageId})`);
-      else if (regionOfMessageId(d.messageId) !== killedName || allIds.has(d.messageId)) sc.problem('delivery', `payload ${d.payload} of an interrupted publish delivered as ${d.messageId}`);
+      if (!failedPayload.get(d.payload))
+        sc.problem(
+          'delivery',
+          `payload ${d.payload} of a publish answered with an error was delivered (as ${d.messageId})`,
+        );
+      else if (regionOfMessageId(d.messageId) !== killedName || allIds.has(d.messageId))
+        sc.problem('delivery', `payload ${d.payload} of an interrupted publish delivered as ${d.messageId}`);
       else figures.extras.add(d.messageId);
     } else {
       sc.problem('delivery', `unknown message ${d.messageId} (payload ${JSON.stringify(d.payload.slice(0, 80))})`);
@@ -661,7 +736,8 @@ function analyze(sc: Scenario) {
       if (a.late) figures.lateOutcomes.set(a.outcome, (figures.lateOutcomes.get(a.outcome) ?? 0) + 1);
       switch (a.outcome) {
         case 'ok':
-          if (a.sentAt > d.recvAt + DEADLINE_MS + MARGIN_MS) sc.problem('ack', `${what}: succeeded although the lease had expired`);
+          if (a.sentAt > d.recvAt + DEADLINE_MS + MARGIN_MS)
+            sc.problem('ack', `${what}: succeeded although the lease had expired`);
           if (a.kind === 'ack') {
             const list = successesOf.get(d.messageId) ?? [];
             list.push({ at: a.recvAt, generation: d.generation });
@@ -671,18 +747,24 @@ function analyze(sc: Scenario) {
           break;
         case 'permanent':
           if (a.recvAt < d.sentAt + DEADLINE_MS - MARGIN_MS && !ambiguousBefore) {
-            sc.problem('ack', `${what}: failed permanently although the delivery was current and unexpired (${a.text})`);
+            sc.problem(
+              'ack',
+              `${what}: failed permanently although the delivery was current and unexpired (${a.text})`,
+            );
           }
           break;
         case 'transient': {
           figures.transientFailures++;
-          const allowed = o !== undefined && d.stored === o.region && a.recvAt >= o.killAt && a.sentAt <= o.recoveredAt + MARGIN_MS;
-          if (!allowed) sc.problem('ack', `${what}: TRANSIENT_FAILURE_OTHER although region ${REGION_NAMES[d.stored]} was up`);
+          const allowed =
+            o !== undefined && d.stored === o.region && a.recvAt >= o.killAt && a.sentAt <= o.recoveredAt + MARGIN_MS;
+          if (!allowed)
+            sc.problem('ack', `${what}: TRANSIENT_FAILURE_OTHER although region ${REGION_NAMES[d.stored]} was up`);
           break;
         }
         case 'unavailable': {
           figures.unavailableAcks++;
-          const allowed = o !== undefined && a.via === o.region && a.recvAt >= o.killAt && a.sentAt <= o.readyAt + MARGIN_MS;
+          const allowed =
+            o !== undefined && a.via === o.region && a.recvAt >= o.killAt && a.sentAt <= o.readyAt + MARGIN_MS;
           if (!allowed) sc.problem('ack', `${what}: 503 from a region that was up`);
           break;
         }
@@ -705,19 +787,26 @@ function analyze(sc: Scenario) {
     const generations = new Set<number>();
     for (let j = 0; j < sorted.length; j++) {
       const d2 = sorted[j];
-      if (generations.has(d2.generation)) sc.problem('exactly-once', `message ${id}: generation ${d2.generation} delivered twice`);
+      if (generations.has(d2.generation))
+        sc.problem('exactly-once', `message ${id}: generation ${d2.generation} delivered twice`);
       generations.add(d2.generation);
       for (let i = 0; i < j; i++) {
         const d1 = sorted[i];
         if (d2.recvAt - Math.min(d1.sentAt, d2.sentAt) >= DEADLINE_MS - MARGIN_MS) continue;
         if (nackedAt(d1) < d2.recvAt + MARGIN_MS) continue;
-        sc.problem('exactly-once', `message ${id} delivered to ${d2.sub} (gen ${d2.generation}, pull sent ${d2.sentAt - d1.recvAt} ms and answered ${d2.recvAt - d1.recvAt} ms after the earlier one answered) while ${d1.sub}'s delivery (gen ${d1.generation}) was outstanding and unexpired`);
+        sc.problem(
+          'exactly-once',
+          `message ${id} delivered to ${d2.sub} (gen ${d2.generation}, pull sent ${d2.sentAt - d1.recvAt} ms and answered ${d2.recvAt - d1.recvAt} ms after the earlier one answered) while ${d1.sub}'s delivery (gen ${d1.generation}) was outstanding and unexpired`,
+        );
       }
     }
     for (const success of successesOf.get(id) ?? []) {
       for (const d of list) {
         if (d.generation > success.generation || d.sentAt > success.at + MARGIN_MS) {
-          sc.problem('exactly-once', `message ${id} delivered again (gen ${d.generation}, pull sent ${d.sentAt - success.at} ms after the ack answered) after gen ${success.generation} was acked successfully`);
+          sc.problem(
+            'exactly-once',
+            `message ${id} delivered again (gen ${d.generation}, pull sent ${d.sentAt - success.at} ms after the ack answered) after gen ${success.generation} was acked successfully`,
+          );
         }
       }
     }
@@ -725,8 +814,10 @@ function analyze(sc: Scenario) {
 
   // Every published message acked exactly once; nothing else acked.
   for (const [id, list] of successesOf) {
-    if (list.length > 1) sc.problem('exactly-once', `message ${id} acked successfully ${list.length} times: ${sc.describe(id)}`);
-    if (!allIds.has(id) && !figures.extras.has(id)) sc.problem('exactly-once', `acked a message nobody published: ${id}`);
+    if (list.length > 1)
+      sc.problem('exactly-once', `message ${id} acked successfully ${list.length} times: ${sc.describe(id)}`);
+    if (!allIds.has(id) && !figures.extras.has(id))
+      sc.problem('exactly-once', `acked a message nobody published: ${id}`);
   }
   for (const id of allIds) {
     if (successesOf.has(id)) continue;
@@ -740,7 +831,11 @@ function analyze(sc: Scenario) {
 async function checkDrained(t: Test, sub: string) {
   for (let region = 0; region < REGION_NAMES.length; region++) {
     const pull = await http(region, 'POST', `${subPath(sub)}:pull`, { maxMessages: 1000, returnImmediately: true });
-    t.strictSame({ status: pull.status, body: pull.body }, { status: 200, body: {} }, `${sub}: a final pull through ${REGION_NAMES[region]} finds nothing`);
+    t.strictSame(
+      { status: pull.status, body: pull.body },
+      { status: 200, body: {} },
+      `${sub}: a final pull through ${REGION_NAMES[region]} finds nothing`,
+    );
     const counts = await unackedByRegion(region, sub);
     t.strictSame(
       Object.fromEntries(counts ?? []),
@@ -773,39 +868,75 @@ async function create(t: Test, via: number, path: string, body: unknown, what: s
 t.test('exactly-once across regions with random disconnects: every message acked exactly once', async (t) => {
   const sc = new Scenario('s1', 'eod-topic', 'eod-sub');
   await create(t, randomRegion(), topicPath(sc.topic), {}, 'topic');
-  const sub = await create(t, randomRegion(), subPath(sc.sub), { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'exactly-once subscription');
+  const sub = await create(
+    t,
+    randomRegion(),
+    subPath(sc.sub),
+    { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S },
+    'exactly-once subscription',
+  );
   t.match(sub.body, { enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S });
 
   // A side subscription nobody else pulls: a lease that ran out and was not handed out again
   // must refuse its ack (the late acks of the workload mostly meet leases superseded already).
   const probe = 'eod-expiry-probe';
-  await create(t, randomRegion(), subPath(probe), { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'expiry probe subscription');
+  await create(
+    t,
+    randomRegion(),
+    subPath(probe),
+    { topic: `projects/${P}/topics/${sc.topic}`, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S },
+    'expiry probe subscription',
+  );
   const expiryProbe = async () => {
     await sleep(1000);
     let first: Reply | undefined;
     await waitUntil(async () => {
-      first = await http(randomRegion(), 'POST', `${subPath(probe)}:pull`, { maxMessages: 20, returnImmediately: true });
+      first = await http(randomRegion(), 'POST', `${subPath(probe)}:pull`, {
+        maxMessages: 20,
+        returnImmediately: true,
+      });
       return (first.body?.receivedMessages ?? []).length > 0;
     }, 10_000);
     const held: any[] = first?.body?.receivedMessages ?? [];
     t.ok(held.length > 0, `expiry probe holds ${held.length} messages`);
     await sleep(first!.recvAt + DEADLINE_MS + 1500 - Date.now());
-    const late = await http(randomRegion(), 'POST', `${subPath(probe)}:acknowledge`, { ackIds: held.map((m) => m.ackId) });
+    const late = await http(randomRegion(), 'POST', `${subPath(probe)}:acknowledge`, {
+      ackIds: held.map((m) => m.ackId),
+    });
     t.equal(late.status, 400, 'acks sent after the deadline of an expired lease fail');
-    t.strictSame(late.body?.error?.details?.[0]?.metadata, Object.fromEntries(held.map((m) => [m.ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID'])), 'every one permanently');
+    t.strictSame(
+      late.body?.error?.details?.[0]?.metadata,
+      Object.fromEntries(held.map((m) => [m.ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID'])),
+      'every one permanently',
+    );
     // The messages come back (a newer generation), and that delivery's ack works.
     const wanted = new Map(held.map((m) => [m.message.messageId, parseAckId(m.ackId)?.generation ?? 0]));
     const again = new Map<string, string>();
-    await waitUntil(async () => {
-      const pull = await http(randomRegion(), 'POST', `${subPath(probe)}:pull`, { maxMessages: 1000, returnImmediately: true });
-      for (const m of pull.body?.receivedMessages ?? []) {
-        if (wanted.has(m.message.messageId) && (parseAckId(m.ackId)?.generation ?? 0) > wanted.get(m.message.messageId)!) again.set(m.message.messageId, m.ackId);
-      }
-      return again.size === wanted.size;
-    }, 10_000, 10);
+    await waitUntil(
+      async () => {
+        const pull = await http(randomRegion(), 'POST', `${subPath(probe)}:pull`, {
+          maxMessages: 1000,
+          returnImmediately: true,
+        });
+        for (const m of pull.body?.receivedMessages ?? []) {
+          if (
+            wanted.has(m.message.messageId) &&
+            (parseAckId(m.ackId)?.generation ?? 0) > wanted.get(m.message.messageId)!
+          )
+            again.set(m.message.messageId, m.ackId);
+        }
+        return again.size === wanted.size;
+      },
+      10_000,
+      10,
+    );
     t.equal(again.size, wanted.size, 'the expired messages were delivered again, with a newer generation');
     const acked = await http(randomRegion(), 'POST', `${subPath(probe)}:acknowledge`, { ackIds: [...again.values()] });
-    t.strictSame({ status: acked.status, body: acked.body }, { status: 200, body: {} }, 'and the new delivery\'s acks succeed');
+    t.strictSame(
+      { status: acked.status, body: acked.body },
+      { status: 200, body: {} },
+      "and the new delivery's acks succeed",
+    );
   };
 
   const { finished } = await runWorkload(t, sc, PUBLISH_SPAN_MS.s1, BUDGET_MS.s1, true, expiryProbe);
@@ -822,15 +953,35 @@ t.test('exactly-once across regions with random disconnects: every message acked
   t.strictSame(sc.problems('publish'), [], 'every publish answered 200 with IDs of the region it went through');
   t.strictSame(sc.problems('pull'), [], 'every pull answered 200 in time');
   t.strictSame(sc.problems('delivery'), [], 'only published messages delivered, with their published IDs');
-  t.strictSame(sc.problems('ack'), [], 'acks: in-time acks and nacks succeed, late ones fail permanently, no transient failure');
-  t.strictSame(sc.problems('exactly-once'), [], 'every message acked successfully exactly once; never delivered while an earlier delivery was outstanding, nor after its ack');
+  t.strictSame(
+    sc.problems('ack'),
+    [],
+    'acks: in-time acks and nacks succeed, late ones fail permanently, no transient failure',
+  );
+  t.strictSame(
+    sc.problems('exactly-once'),
+    [],
+    'every message acked successfully exactly once; never delivered while an earlier delivery was outstanding, nor after its ack',
+  );
   t.strictSame(sc.problems('final'), [], 'nothing left over');
-  t.ok(REGION_NAMES.every((_, i) => figures.storedIn[i] > 0), 'every region stored messages');
-  t.ok(REGION_NAMES.every((_, i) => figures.deliveredVia[i] > 0), 'every region delivered messages');
+  t.ok(
+    REGION_NAMES.every((_, i) => figures.storedIn[i] > 0),
+    'every region stored messages',
+  );
+  t.ok(
+    REGION_NAMES.every((_, i) => figures.deliveredVia[i] > 0),
+    'every region delivered messages',
+  );
   t.ok(figures.crossRegionDeliveries > 0, 'messages were delivered through other regions than the one storing them');
   t.ok(figures.crossRegionAcks > 0, 'acks through other regions than the one storing the message succeeded');
-  t.ok(sc.stats.abandonedBatches > 0 && figures.nacksApplied > 0 && figures.redeliveries > 0, 'abandoned and nacked messages were delivered again');
-  t.ok(sc.stats.lateAckIds > 0 && figures.lateOutcomes.get('permanent') === sc.stats.lateAckIds, 'every ack sent after the deadline failed permanently');
+  t.ok(
+    sc.stats.abandonedBatches > 0 && figures.nacksApplied > 0 && figures.redeliveries > 0,
+    'abandoned and nacked messages were delivered again',
+  );
+  t.ok(
+    sc.stats.lateAckIds > 0 && figures.lateOutcomes.get('permanent') === sc.stats.lateAckIds,
+    'every ack sent after the deadline failed permanently',
+  );
   await checkDrained(t, sc.sub);
   showBrokerLogs(t, sc);
 });
@@ -844,9 +995,21 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
   const [liveA, liveB] = rnd.chance(0.5) ? live : [live[1], live[0]];
   const topicName = `projects/${P}/topics/${sc.topic}`;
   await create(t, randomRegion(), topicPath(sc.topic), {}, 'topic');
-  await create(t, randomRegion(), subPath(sc.sub), { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S }, 'exactly-once subscription');
+  await create(
+    t,
+    randomRegion(),
+    subPath(sc.sub),
+    { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: ACK_DEADLINE_S },
+    'exactly-once subscription',
+  );
   // A probe subscription with a long deadline: its acks fail while the store is down and succeed after.
-  await create(t, randomRegion(), subPath('outage-probe'), { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: 120 }, 'probe subscription');
+  await create(
+    t,
+    randomRegion(),
+    subPath('outage-probe'),
+    { topic: topicName, enableExactlyOnceDelivery: true, ackDeadlineSeconds: 120 },
+    'probe subscription',
+  );
   const labels = { phase: 'outage', seed: String(SEED) };
   let sub2Create: Reply | undefined;
   let postRecovery: PublishRecord | undefined;
@@ -863,17 +1026,31 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
     for (; Date.now() < giveUpAt && (probeHeld.length === 0 || heldBeforeKill.length === 0); rounds++) {
       await sc.publish('main-before-kill', KILLED, 20);
       if (probeHeld.length === 0) {
-        const probe = await http(KILLED, 'POST', `${subPath('outage-probe')}:pull`, { maxMessages: 10, returnImmediately: true });
-        for (const m of probe.body?.receivedMessages ?? []) if (m.ackId.startsWith(`${killedName}.`)) probeHeld.push(m.ackId);
+        const probe = await http(KILLED, 'POST', `${subPath('outage-probe')}:pull`, {
+          maxMessages: 10,
+          returnImmediately: true,
+        });
+        for (const m of probe.body?.receivedMessages ?? [])
+          if (m.ackId.startsWith(`${killedName}.`)) probeHeld.push(m.ackId);
       }
       if (heldBeforeKill.length === 0) {
         const pulled = (await sc.pull('main-probe', KILLED, 5, true)) ?? [];
         heldBeforeKill.push(...pulled.filter((d) => d.stored === KILLED));
       }
     }
-    t.ok(probeHeld.length > 0 && heldBeforeKill.length > 0, `holding messages of ${killedName} before the kill (${probeHeld.length} on the probe subscription, ${heldBeforeKill.length} on the main one, after ${rounds} rounds)`);
+    t.ok(
+      probeHeld.length > 0 && heldBeforeKill.length > 0,
+      `holding messages of ${killedName} before the kill (${probeHeld.length} on the probe subscription, ${heldBeforeKill.length} on the main one, after ${rounds} rounds)`,
+    );
 
-    const o: Outage = { region: KILLED, killAt: Date.now(), killExitAt: Infinity, restartAt: Infinity, readyAt: Infinity, recoveredAt: Infinity };
+    const o: Outage = {
+      region: KILLED,
+      killAt: Date.now(),
+      killExitAt: Infinity,
+      restartAt: Infinity,
+      readyAt: Infinity,
+      recoveredAt: Infinity,
+    };
     sc.outage = o;
     await redises[KILLED].kill();
     o.killExitAt = Date.now();
@@ -888,40 +1065,76 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
       ['acknowledge', 'POST', `${subPath('outage-probe')}:acknowledge`, { ackIds: probeHeld }],
       ['get topic', 'GET', topicPath(sc.topic), undefined],
       ['create subscription', 'PUT', subPath('never-created'), { topic: topicName }],
-      ['update topic', 'PATCH', topicPath(sc.topic), { topic: { labels: { phase: 'dead-endpoint' } }, updateMask: 'labels' }],
+      [
+        'update topic',
+        'PATCH',
+        topicPath(sc.topic),
+        { topic: { labels: { phase: 'dead-endpoint' } }, updateMask: 'labels' },
+      ],
     ];
     for (const [what, method, path, body] of deadCalls) {
       const reply = await http(KILLED, method, path, body);
-      t.equal(`${reply.status} ${reply.body?.error?.status}`, '503 UNAVAILABLE', `${what} through ${killedName} answers 503 UNAVAILABLE`);
+      t.equal(
+        `${reply.status} ${reply.body?.error?.status}`,
+        '503 UNAVAILABLE',
+        `${what} through ${killedName} answers 503 UNAVAILABLE`,
+      );
     }
     const deadReady = await http(KILLED, 'GET', '/readyz');
     t.equal(deadReady.status, 503, `${killedName}'s /readyz answers 503`);
     t.match(deadReady.body, {
       status: 'unavailable',
       region: killedName,
-      regions: { [killedName]: { reachable: false, synced: false }, [REGION_NAMES[liveA]]: { reachable: true, synced: true }, [REGION_NAMES[liveB]]: { reachable: true, synced: true } },
+      regions: {
+        [killedName]: { reachable: false, synced: false },
+        [REGION_NAMES[liveA]]: { reachable: true, synced: true },
+        [REGION_NAMES[liveB]]: { reachable: true, synced: true },
+      },
     });
     for (const region of live) {
       const ready = await http(region, 'GET', '/readyz');
       t.equal(ready.status, 200, `${REGION_NAMES[region]}'s /readyz answers 200`);
-      t.match(ready.body, { status: 'ready', region: REGION_NAMES[region], regions: { [killedName]: { reachable: false, synced: false } } });
+      t.match(ready.body, {
+        status: 'ready',
+        region: REGION_NAMES[region],
+        regions: { [killedName]: { reachable: false, synced: false } },
+      });
     }
 
     // Acks of the dead region's messages fail transiently through a live region.
     const transient = await http(liveA, 'POST', `${subPath('outage-probe')}:acknowledge`, { ackIds: probeHeld });
     t.equal(transient.status, 400, `acks of ${killedName}'s messages through ${REGION_NAMES[liveA]} fail`);
-    t.strictSame(transient.body?.error?.details?.[0]?.metadata, Object.fromEntries(probeHeld.map((ackId) => [ackId, 'TRANSIENT_FAILURE_OTHER'])), 'every one with TRANSIENT_FAILURE_OTHER');
+    t.strictSame(
+      transient.body?.error?.details?.[0]?.metadata,
+      Object.fromEntries(probeHeld.map((ackId) => [ackId, 'TRANSIENT_FAILURE_OTHER'])),
+      'every one with TRANSIENT_FAILURE_OTHER',
+    );
 
     // Control-plane writes through live regions.
     sub2Create = await http(liveA, 'PUT', subPath('outage-new-sub'), { topic: topicName, ackDeadlineSeconds: 60 });
-    t.equal(sub2Create.status, 200, `a subscription created through ${REGION_NAMES[liveA]} meanwhile: ${brief(sub2Create)}`);
-    t.equal((await http(liveB, 'GET', subPath('outage-new-sub'))).status, 200, `and visible through ${REGION_NAMES[liveB]}`);
+    t.equal(
+      sub2Create.status,
+      200,
+      `a subscription created through ${REGION_NAMES[liveA]} meanwhile: ${brief(sub2Create)}`,
+    );
+    t.equal(
+      (await http(liveB, 'GET', subPath('outage-new-sub'))).status,
+      200,
+      `and visible through ${REGION_NAMES[liveB]}`,
+    );
     const patched = await http(liveB, 'PATCH', topicPath(sc.topic), { topic: { labels }, updateMask: 'labels' });
     t.equal(patched.status, 200, `topic labels changed through ${REGION_NAMES[liveB]} meanwhile: ${brief(patched)}`);
-    t.strictSame((await http(liveA, 'GET', topicPath(sc.topic))).body?.labels, labels, `and visible through ${REGION_NAMES[liveA]}`);
+    t.strictSame(
+      (await http(liveA, 'GET', topicPath(sc.topic))).body?.labels,
+      labels,
+      `and visible through ${REGION_NAMES[liveA]}`,
+    );
     for (const region of live) {
       const counts = await unackedByRegion(region, sc.sub);
-      t.ok(counts !== undefined && live.every((r) => counts.has(REGION_NAMES[r])), `/metrics of ${REGION_NAMES[region]} still reports the live regions (${JSON.stringify([...(counts ?? [])])})`);
+      t.ok(
+        counts !== undefined && live.every((r) => counts.has(REGION_NAMES[r])),
+        `/metrics of ${REGION_NAMES[region]} still reports the live regions (${JSON.stringify([...(counts ?? [])])})`,
+      );
     }
 
     await sleep(o.killAt + DOWN_MS - Date.now());
@@ -932,10 +1145,18 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
     t.ok(ready, `${killedName}'s /readyz answers 200 again ${o.readyAt - o.restartAt} ms after the restart`);
     const recovered = await waitUntil(async () => {
       const replies = await Promise.all(REGION_NAMES.map((_, i) => http(i, 'GET', '/readyz')));
-      return replies.every((reply) => reply.status === 200 && reply.body?.regions?.[killedName]?.synced === true && REGION_NAMES.every((name) => reply.body.regions[name]?.reachable === true));
+      return replies.every(
+        (reply) =>
+          reply.status === 200 &&
+          reply.body?.regions?.[killedName]?.synced === true &&
+          REGION_NAMES.every((name) => reply.body.regions[name]?.reachable === true),
+      );
     }, 20_000);
     o.recoveredAt = Date.now();
-    t.ok(recovered, `every region reports ${killedName} reachable and synced ${o.recoveredAt - o.restartAt} ms after the restart`);
+    t.ok(
+      recovered,
+      `every region reports ${killedName} reachable and synced ${o.recoveredAt - o.restartAt} ms after the restart`,
+    );
 
     // What changed meanwhile reached the restarted region.
     const topic = await http(KILLED, 'GET', topicPath(sc.topic));
@@ -949,9 +1170,17 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
       ['outage-new-sub', 'outage-probe', sc.sub].map((s) => `projects/${P}/subscriptions/${s}`).sort(),
       `${killedName} lists the topic's subscriptions, the new one included`,
     );
-    t.equal((await http(KILLED, 'GET', subPath('never-created'))).status, 404, 'the create refused by the dead endpoint left nothing behind');
+    t.equal(
+      (await http(KILLED, 'GET', subPath('never-created'))).status,
+      404,
+      'the create refused by the dead endpoint left nothing behind',
+    );
     const retried = await http(KILLED, 'POST', `${subPath('outage-probe')}:acknowledge`, { ackIds: probeHeld });
-    t.strictSame({ status: retried.status, body: retried.body }, { status: 200, body: {} }, 'the acks that failed transiently succeed when retried after the restart');
+    t.strictSame(
+      { status: retried.status, body: retried.body },
+      { status: 200, body: {} },
+      'the acks that failed transiently succeed when retried after the restart',
+    );
     postRecovery = await sc.publish('main-after-restart', KILLED, 20);
     t.equal(postRecovery.status, 200, `publish through ${killedName} after its restart: ${postRecovery.text}`);
   };
@@ -964,7 +1193,9 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
   const deadPublishesInOutage = sc.publishes.filter((p) => p.via === KILLED && inOutage(p));
   const deliveredInOutage = live.map((region) => sc.deliveries.filter((d) => d.via === region && inOutage(d)));
   const publishedInOutage = new Set(livePublishesInOutage.flatMap((p) => p.ids));
-  const storedBeforeKill = sc.publishes.filter((p) => p.status === 200 && p.via === KILLED && p.recvAt < o.killAt).flatMap((p) => p.ids);
+  const storedBeforeKill = sc.publishes
+    .filter((p) => p.status === 200 && p.via === KILLED && p.recvAt < o.killAt)
+    .flatMap((p) => p.ids);
   t.comment(
     `s2: ${figures.okPublishes} publishes OK, ${figures.failedPublishes} refused (${figures.ambiguousPublishes} in flight at the kill, ${figures.extras.size} of whose messages were stored anyway); ` +
       `stored per region ${JSON.stringify(figures.storedIn)}; ${sc.deliveries.length} deliveries (${figures.redeliveries} redeliveries), via ${JSON.stringify(figures.deliveredVia)}; ` +
@@ -975,31 +1206,76 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
 
   t.ok(sc.okIds.size >= MESSAGES, `${sc.okIds.size} messages published`);
   t.ok(finished, 'everything acked within the budget');
-  t.strictSame(sc.problems('publish'), [], 'publishes through live regions always succeeded; the dead region refused with 503 exactly while it was down');
-  t.strictSame(sc.problems('pull'), [], 'pulls through live regions always succeeded in time; the dead region refused with 503 while it was down');
-  t.strictSame(sc.problems('delivery'), [], 'only published messages delivered (refused publishes never), nothing from the dead region while it was down');
-  t.strictSame(sc.problems('ack'), [], 'acks: transient failures only for the dead region\'s messages while it was down, in-time acks never failed permanently');
-  t.strictSame(sc.problems('exactly-once'), [], 'every message acked successfully exactly once; never delivered while an earlier delivery was outstanding, nor after its ack');
+  t.strictSame(
+    sc.problems('publish'),
+    [],
+    'publishes through live regions always succeeded; the dead region refused with 503 exactly while it was down',
+  );
+  t.strictSame(
+    sc.problems('pull'),
+    [],
+    'pulls through live regions always succeeded in time; the dead region refused with 503 while it was down',
+  );
+  t.strictSame(
+    sc.problems('delivery'),
+    [],
+    'only published messages delivered (refused publishes never), nothing from the dead region while it was down',
+  );
+  t.strictSame(
+    sc.problems('ack'),
+    [],
+    "acks: transient failures only for the dead region's messages while it was down, in-time acks never failed permanently",
+  );
+  t.strictSame(
+    sc.problems('exactly-once'),
+    [],
+    'every message acked successfully exactly once; never delivered while an earlier delivery was outstanding, nor after its ack',
+  );
   t.strictSame(sc.problems('final'), [], 'nothing left over');
   t.ok(livePublishesInOutage.length > 0, 'live regions took publishes during the outage');
-  t.ok(deadPublishesInOutage.length > 0 && deadPublishesInOutage.every((p) => p.status === 503), 'the dead region refused every publish during the outage');
-  t.ok(deliveredInOutage.every((list) => list.length > 0), 'both live regions delivered during the outage');
-  t.ok(deliveredInOutage.flat().some((d) => publishedInOutage.has(d.messageId)), 'messages published during the outage were delivered during the outage');
-  t.ok(storedBeforeKill.length > 0, `${storedBeforeKill.length} messages were stored in ${killedName} before the kill (all acked: see above)`);
-  const heldAgain = heldBeforeKill.filter((held) => (sc.deliveriesOf.get(held.messageId) ?? []).some((d) => d.recvAt > o.restartAt));
-  t.equal(heldAgain.length, heldBeforeKill.length, `the ${heldBeforeKill.length} messages of ${killedName} leased before the kill were delivered again after the restart`);
+  t.ok(
+    deadPublishesInOutage.length > 0 && deadPublishesInOutage.every((p) => p.status === 503),
+    'the dead region refused every publish during the outage',
+  );
+  t.ok(
+    deliveredInOutage.every((list) => list.length > 0),
+    'both live regions delivered during the outage',
+  );
+  t.ok(
+    deliveredInOutage.flat().some((d) => publishedInOutage.has(d.messageId)),
+    'messages published during the outage were delivered during the outage',
+  );
+  t.ok(
+    storedBeforeKill.length > 0,
+    `${storedBeforeKill.length} messages were stored in ${killedName} before the kill (all acked: see above)`,
+  );
+  const heldAgain = heldBeforeKill.filter((held) =>
+    (sc.deliveriesOf.get(held.messageId) ?? []).some((d) => d.recvAt > o.restartAt),
+  );
+  t.equal(
+    heldAgain.length,
+    heldBeforeKill.length,
+    `the ${heldBeforeKill.length} messages of ${killedName} leased before the kill were delivered again after the restart`,
+  );
   await checkDrained(t, sc.sub);
 
   // The subscription created during the outage got everything published after it, in every region.
   const created = sub2Create!;
-  const required = new Set(sc.publishes.filter((p) => p.status === 200 && p.sentAt > created.recvAt).flatMap((p) => p.ids));
-  const forbidden = new Set(sc.publishes.filter((p) => p.status === 200 && p.recvAt < created.sentAt).flatMap((p) => p.ids));
+  const required = new Set(
+    sc.publishes.filter((p) => p.status === 200 && p.sentAt > created.recvAt).flatMap((p) => p.ids),
+  );
+  const forbidden = new Set(
+    sc.publishes.filter((p) => p.status === 200 && p.recvAt < created.sentAt).flatMap((p) => p.ids),
+  );
   const got = new Set<string>();
   const strays: string[] = [];
   let empties = 0;
   for (let i = 0; empties < REGION_NAMES.length && i < 200; i++) {
     const via = i % REGION_NAMES.length;
-    const pull = await http(via, 'POST', `${subPath('outage-new-sub')}:pull`, { maxMessages: 1000, returnImmediately: true });
+    const pull = await http(via, 'POST', `${subPath('outage-new-sub')}:pull`, {
+      maxMessages: 1000,
+      returnImmediately: true,
+    });
     const received: any[] = pull.status === 200 ? (pull.body?.receivedMessages ?? []) : [];
     if (pull.status !== 200) strays.push(`pull failed: ${brief(pull)}`);
     if (received.length === 0) {
@@ -1009,18 +1285,37 @@ t.test(`SIGKILL of region ${REGION_NAMES[KILLED]}'s Redis under load`, async (t)
     empties = 0;
     for (const m of received) {
       got.add(m.message.messageId);
-      if (figures.okPayload.get(unb64(m.message.data)) !== m.message.messageId && !figures.extras.has(m.message.messageId)) strays.push(`unknown ${m.message.messageId}`);
+      if (
+        figures.okPayload.get(unb64(m.message.data)) !== m.message.messageId &&
+        !figures.extras.has(m.message.messageId)
+      )
+        strays.push(`unknown ${m.message.messageId}`);
     }
-    const ack = await http(randomRegion(), 'POST', `${subPath('outage-new-sub')}:acknowledge`, { ackIds: received.map((m) => m.ackId) });
+    const ack = await http(randomRegion(), 'POST', `${subPath('outage-new-sub')}:acknowledge`, {
+      ackIds: received.map((m) => m.ackId),
+    });
     if (ack.status !== 200) strays.push(`ack failed: ${brief(ack)}`);
   }
   const missing = [...required].filter((id) => !got.has(id));
-  t.strictSame(missing.slice(0, 20), [], `the new subscription got all ${required.size} messages published after its creation`);
+  t.strictSame(
+    missing.slice(0, 20),
+    [],
+    `the new subscription got all ${required.size} messages published after its creation`,
+  );
   t.strictSame([...got].filter((id) => forbidden.has(id)).slice(0, 20), [], 'and none published before it');
   t.strictSame(strays, [], 'and nothing unknown');
-  t.ok(postRecovery?.ids.length === 20 && postRecovery.ids.every((id) => got.has(id) && regionOfMessageId(id) === killedName), `the publish through ${killedName} after its restart reached the new subscription`);
-  const lateKilled = sc.publishes.filter((p) => p.status === 200 && p.via === KILLED && p.sentAt > o.readyAt).flatMap((p) => p.ids);
-  t.ok(lateKilled.every((id) => got.has(id)), `all ${lateKilled.length} publishes through ${killedName} after it came back reached it`);
+  t.ok(
+    postRecovery?.ids.length === 20 &&
+      postRecovery.ids.every((id) => got.has(id) && regionOfMessageId(id) === killedName),
+    `the publish through ${killedName} after its restart reached the new subscription`,
+  );
+  const lateKilled = sc.publishes
+    .filter((p) => p.status === 200 && p.via === KILLED && p.sentAt > o.readyAt)
+    .flatMap((p) => p.ids);
+  t.ok(
+    lateKilled.every((id) => got.has(id)),
+    `all ${lateKilled.length} publishes through ${killedName} after it came back reached it`,
+  );
   await checkDrained(t, 'outage-new-sub');
   showBrokerLogs(t, sc);
 });

@@ -43,7 +43,12 @@ export interface Client {
  * Violations are reported inside the reply (key `invariant`) rather than thrown, so that a
  * strictSame on the reply shows them in its diff and the remaining cases still run.
  */
-function checkInvariants(request: RawRequest, statusCode: number, contentType: string | undefined, text: string): { body: any; violation?: string } {
+function checkInvariants(
+  request: RawRequest,
+  statusCode: number,
+  contentType: string | undefined,
+  text: string,
+): { body: any; violation?: string } {
   if (text.length === 0) return { body: undefined, violation: 'empty response body' };
   let body: any;
   try {
@@ -51,7 +56,8 @@ function checkInvariants(request: RawRequest, statusCode: number, contentType: s
   } catch {
     return { body: text.slice(0, 500), violation: 'response body is not JSON' };
   }
-  if (!/^application\/json/.test(contentType ?? '')) return { body, violation: `content-type ${contentType}, expected application/json` };
+  if (!/^application\/json/.test(contentType ?? ''))
+    return { body, violation: `content-type ${contentType}, expected application/json` };
   if (statusCode >= 400) {
     const error = body?.error;
     const keys = Object.keys(body ?? {});
@@ -83,8 +89,15 @@ export function client(broker: TestBroker): Client {
       headers,
       ...(payload === undefined ? {} : { payload: payload as string }),
     });
-    const { body, violation } = checkInvariants(request, response.statusCode, response.headers['content-type'] as string, response.body);
-    return violation === undefined ? { status: response.statusCode, body } : { status: response.statusCode, body, invariant: violation };
+    const { body, violation } = checkInvariants(
+      request,
+      response.statusCode,
+      response.headers['content-type'] as string,
+      response.body,
+    );
+    return violation === undefined
+      ? { status: response.statusCode, body }
+      : { status: response.statusCode, body, invariant: violation };
   };
   const api = (method: string, url: string, body?: unknown) =>
     raw({ method, url, payload: body === undefined ? undefined : JSON.stringify(body) });
@@ -114,7 +127,8 @@ export const noRoute = (method: string, path: string) =>
   errorBody(404, 'NOT_FOUND', `No such method or resource: ${method} ${path}`);
 export const unknownField = (name: string, at?: string) =>
   invalid(`Invalid JSON payload received. Unknown name "${name}"${at ? ` at '${at}'` : ''}: Cannot find field.`);
-export const notAnObject = (what: string) => invalid(`Invalid JSON payload received. The ${what} must be a JSON object.`);
+export const notAnObject = (what: string) =>
+  invalid(`Invalid JSON payload received. The ${what} must be a JSON object.`);
 export const invalidValue = (path: string, message: string) => invalid(`Invalid value at '${path}': ${message}`);
 
 export function badResourceName(collection: 'topics' | 'subscriptions', project: string, id: string) {
@@ -167,10 +181,15 @@ export function normalisePull(body: any): { body: any; ackIds: string[]; message
     if (typeof ackId !== 'string' || ackId.length === 0) throw new Error(`bad ackId ${JSON.stringify(ackId)}`);
     const { messageId, publishTime, ...fields } = message;
     if (typeof messageId !== 'string' || !/^\d+$/.test(messageId)) throw new Error(`bad messageId ${messageId}`);
-    if (typeof publishTime !== 'string' || !RFC3339_UTC.test(publishTime)) throw new Error(`bad publishTime ${publishTime}`);
+    if (typeof publishTime !== 'string' || !RFC3339_UTC.test(publishTime))
+      throw new Error(`bad publishTime ${publishTime}`);
     ackIds.push(ackId);
     messageIds.push(messageId);
-    return { ackId: '<ackId>', message: { ...fields, messageId: '<messageId>', publishTime: '<publishTime>' }, ...rest };
+    return {
+      ackId: '<ackId>',
+      message: { ...fields, messageId: '<messageId>', publishTime: '<publishTime>' },
+      ...rest,
+    };
   });
   return { body: { ...body, receivedMessages }, ackIds, messageIds };
 }
@@ -190,7 +209,8 @@ export function checkMessageIds(reply: Reply, count: number): string[] {
     throw new Error(`publish failed: ${reply.status} ${JSON.stringify(reply.body).slice(0, 300)}`);
   }
   if (ids.length !== count) throw new Error(`expected ${count} message IDs, got ${ids.length}`);
-  if (!ids.every((id: unknown) => typeof id === 'string' && /^\d+$/.test(id))) throw new Error('non-decimal message ID');
+  if (!ids.every((id: unknown) => typeof id === 'string' && /^\d+$/.test(id)))
+    throw new Error('non-decimal message ID');
   if (new Set(ids).size !== ids.length) throw new Error('duplicate message IDs');
   return ids;
 }
@@ -216,9 +236,17 @@ export interface Asserter {
 export async function runRows(t: Asserter, api: Client['api'], rows: Row[]): Promise<void> {
   for (const row of rows) {
     const reply = await api(row.method, row.url, row.body);
-    t.strictSame(reply, { status: row.status, body: row.expected }, `${row.name}: ${row.method} ${row.url.slice(0, 100)} -> ${row.status}`);
+    t.strictSame(
+      reply,
+      { status: row.status, body: row.expected },
+      `${row.name}: ${row.method} ${row.url.slice(0, 100)} -> ${row.status}`,
+    );
     for (const [method, url, status, expected] of row.after ?? []) {
-      t.strictSame(await api(method, url), { status, body: expected }, `  after "${row.name}": ${method} ${url.slice(0, 100)} -> ${status}`);
+      t.strictSame(
+        await api(method, url),
+        { status, body: expected },
+        `  after "${row.name}": ${method} ${url.slice(0, 100)} -> ${status}`,
+      );
     }
   }
 }

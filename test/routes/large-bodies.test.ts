@@ -12,7 +12,8 @@ import { randomFromEnv } from '../helpers/random.ts';
 const TOPIC = '/v1/projects/p/topics/large-bodies';
 const SUB = '/v1/projects/p/subscriptions/large-bodies';
 
-const send = (broker: TestBroker, text: string) => client(broker).raw({ method: 'POST', url: `${TOPIC}:publish`, payload: text });
+const send = (broker: TestBroker, text: string) =>
+  client(broker).raw({ method: 'POST', url: `${TOPIC}:publish`, payload: text });
 
 /** A body over 128 KB: 120 messages of 1,000 bytes of `fill` (base64: `data`), then `extra` if given. */
 function largeBody(fill: number, extra?: string): { text: string; data: string } {
@@ -40,8 +41,10 @@ t.test('large publish bodies', async (t) => {
   t.test('what a large publish stores is what it sent', async (t) => {
     const random = randomFromEnv(t);
     const messages = Array.from({ length: 150 }, (_, i) => ({
-      data: Buffer.from(Array.from({ length: random.int(1, 1500) }, () => random.int(0, 255))).toString(random.chance(0.2) ? 'base64url' : 'base64'),
-      ...(random.chance(0.5) ? { attributes: { data: `attribute ${i}`, 'é': '"quoted" \\ 日本' } } : {}),
+      data: Buffer.from(Array.from({ length: random.int(1, 1500) }, () => random.int(0, 255))).toString(
+        random.chance(0.2) ? 'base64url' : 'base64',
+      ),
+      ...(random.chance(0.5) ? { attributes: { data: `attribute ${i}`, é: '"quoted" \\ 日本' } } : {}),
     }));
     const text = JSON.stringify({ messages });
     t.ok(text.length > LIFT_ABOVE_BYTES, `the body is large (${text.length} bytes)`);
@@ -51,7 +54,10 @@ t.test('large publish bodies', async (t) => {
     t.equal(received.length, messages.length, 'every message delivered once');
     const decode = (data: string) => Buffer.from(data, 'base64').toString('hex');
     for (const [i, message] of received.entries()) {
-      if (decode(message.data) !== decode(messages[i].data) || JSON.stringify(message.attributes) !== JSON.stringify(messages[i].attributes)) {
+      if (
+        decode(message.data) !== decode(messages[i].data) ||
+        JSON.stringify(message.attributes) !== JSON.stringify(messages[i].attributes)
+      ) {
         t.fail(`message ${i} differs`);
         break;
       }
@@ -76,7 +82,10 @@ t.test('large publish bodies', async (t) => {
   t.test('a byte order mark is ignored in large and small bodies alike', async (t) => {
     const large = largeBody(5).text;
     const small = '{"messages":[{"data":"QUJD"}]}';
-    for (const [what, text, count] of [['large', large, 120], ['small', small, 1]] as const) {
+    for (const [what, text, count] of [
+      ['large', large, 120],
+      ['small', small, 1],
+    ] as const) {
       const published = await send(broker, `\ufeff${text}`);
       t.equal(published.status, 200, `${what}: accepted`);
       t.equal((await pullAll(broker)).length, count, `${what}: every message stored`);
@@ -87,11 +96,16 @@ t.test('large publish bodies', async (t) => {
     const { text: body, data: filler } = largeBody(9);
     const cases = [
       ['cut short', body.slice(0, -3)],
-      ['a raw newline in a data string', body.replace(`"data":"${filler.slice(0, 10)}`, `"data":"${filler.slice(0, 5)}\n${filler.slice(5, 10)}`)],
+      [
+        'a raw newline in a data string',
+        body.replace(`"data":"${filler.slice(0, 10)}`, `"data":"${filler.slice(0, 5)}\n${filler.slice(5, 10)}`),
+      ],
       ['a raw tab in an attribute named data', body.replace('{"data"', '{"attributes":{"data":"a\tb"},"data"')],
       [
         'a raw newline in the last data string, after a message that breaks a publish rule',
-        body.replace('{"data"', '{"attributes":{"goog-reserved":"x"},"data"').replace(/"data":"([^"]{5})([^"]*)"\}\]\}$/, '"data":"$1\n$2"}]}'),
+        body
+          .replace('{"data"', '{"attributes":{"goog-reserved":"x"},"data"')
+          .replace(/"data":"([^"]{5})([^"]*)"\}\]\}$/, '"data":"$1\n$2"}]}'),
       ],
       ['a __proto__ key', body.replace('{"data"', '{"__proto__":{"polluted":"yes"},"data"')],
       ['a __proto__ key spelled with escapes', body.replace('{"data"', '{"attributes":{"\\u005f_proto__":"x"},"data"')],
@@ -111,16 +125,26 @@ t.test('large publish bodies', async (t) => {
     t.equal(({} as Record<string, unknown>).polluted, undefined, 'no prototype was touched');
   });
 
-  t.test('an escaped control character in data is valid JSON and invalid base64, in large and small bodies', async (t) => {
-    // `\n` takes a large body down the lifted path (the other messages' data are lifted, this one
-    // is not: it has an escape), `\u0001` down the whole-text one.
-    for (const escaped of ['{"data": "QU\\nJD"}', '{"data":"QU\\u0001JD"}']) {
-      const { text: large } = largeBody(3, escaped);
-      for (const [what, text] of [['large', large], ['small', `{"messages":[${escaped}]}`]] as const) {
-        const refused = await send(broker, text);
-        t.same([refused.status, refused.body.error?.message], [400, `Message ${what === 'large' ? 120 : 0}: "data" is not valid base64.`], `${escaped}, ${what}`);
+  t.test(
+    'an escaped control character in data is valid JSON and invalid base64, in large and small bodies',
+    async (t) => {
+      // `\n` takes a large body down the lifted path (the other messages' data are lifted, this one
+      // is not: it has an escape), `\u0001` down the whole-text one.
+      for (const escaped of ['{"data": "QU\\nJD"}', '{"data":"QU\\u0001JD"}']) {
+        const { text: large } = largeBody(3, escaped);
+        for (const [what, text] of [
+          ['large', large],
+          ['small', `{"messages":[${escaped}]}`],
+        ] as const) {
+          const refused = await send(broker, text);
+          t.same(
+            [refused.status, refused.body.error?.message],
+            [400, `Message ${what === 'large' ? 120 : 0}: "data" is not valid base64.`],
+            `${escaped}, ${what}`,
+          );
+        }
       }
-    }
-    t.same(await pullAll(broker), [], 'nothing was stored');
-  });
+      t.same(await pullAll(broker), [], 'nothing was stored');
+    },
+  );
 });

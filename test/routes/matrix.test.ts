@@ -56,7 +56,14 @@ for (const target of redisTargets()) {
           status: 200,
           expected: topicBody(P, 'mx-labeled', { labels: { env: 'prod' } }),
         },
-        { name: 'create to delete', method: 'PUT', url: `${T}/mx-doomed`, body: {}, status: 200, expected: topicBody(P, 'mx-doomed') },
+        {
+          name: 'create to delete',
+          method: 'PUT',
+          url: `${T}/mx-doomed`,
+          body: {},
+          status: 200,
+          expected: topicBody(P, 'mx-doomed'),
+        },
         {
           name: 'create, invalid name',
           method: 'PUT',
@@ -64,7 +71,14 @@ for (const target of redisTargets()) {
           body: {},
           status: 400,
           expected: badResourceName('topics', P, 'ab'),
-          after: [['GET', `${T}`, 200, { topics: [topicBody(P, 'mx-doomed'), topicBody(P, 'mx-labeled', { labels: { env: 'prod' } }), mxTopic] }]],
+          after: [
+            [
+              'GET',
+              `${T}`,
+              200,
+              { topics: [topicBody(P, 'mx-doomed'), topicBody(P, 'mx-labeled', { labels: { env: 'prod' } }), mxTopic] },
+            ],
+          ],
         },
         {
           name: 'create, duplicate',
@@ -103,7 +117,13 @@ for (const target of redisTargets()) {
           after: [['GET', `${T}/mx-bad`, 404, notFound('mx-bad')]],
         },
         { name: 'get', method: 'GET', url: `${T}/mx-topic`, status: 200, expected: mxTopic },
-        { name: 'get, invalid name', method: 'GET', url: `${T}/1abc`, status: 400, expected: badResourceName('topics', P, '1abc') },
+        {
+          name: 'get, invalid name',
+          method: 'GET',
+          url: `${T}/1abc`,
+          status: 400,
+          expected: badResourceName('topics', P, '1abc'),
+        },
         { name: 'get, unknown', method: 'GET', url: `${T}/mx-none`, status: 404, expected: notFound('mx-none') },
         {
           name: 'patch',
@@ -140,9 +160,22 @@ for (const target of redisTargets()) {
           expected: invalid('The UpdateTopicRequest must have a non-empty update_mask.'),
           after: [['GET', `${T}/mx-labeled`, 200, topicBody(P, 'mx-labeled', { labels: { env: 'dev' } })]],
         },
-        { name: 'delete', method: 'DELETE', url: `${T}/mx-doomed`, status: 200, expected: {}, after: [['GET', `${T}/mx-doomed`, 404, notFound('mx-doomed')]] },
+        {
+          name: 'delete',
+          method: 'DELETE',
+          url: `${T}/mx-doomed`,
+          status: 200,
+          expected: {},
+          after: [['GET', `${T}/mx-doomed`, 404, notFound('mx-doomed')]],
+        },
         { name: 'delete again', method: 'DELETE', url: `${T}/mx-doomed`, status: 404, expected: notFound('mx-doomed') },
-        { name: 'delete, invalid name', method: 'DELETE', url: `${T}/a`, status: 400, expected: badResourceName('topics', P, 'a') },
+        {
+          name: 'delete, invalid name',
+          method: 'DELETE',
+          url: `${T}/a`,
+          status: 400,
+          expected: badResourceName('topics', P, 'a'),
+        },
         { name: 'delete, unknown', method: 'DELETE', url: `${T}/mx-none`, status: 404, expected: notFound('mx-none') },
       ]),
     );
@@ -156,7 +189,13 @@ for (const target of redisTargets()) {
           status: 200,
           expected: { topics: [topicBody(P, 'mx-labeled', { labels: { env: 'dev' } }), mxTopic] },
         },
-        { name: 'list, invalid project', method: 'GET', url: '/v1/projects/bad!project/topics', status: 400, expected: badProject('bad!project') },
+        {
+          name: 'list, invalid project',
+          method: 'GET',
+          url: '/v1/projects/bad!project/topics',
+          status: 400,
+          expected: badProject('bad!project'),
+        },
         { name: 'list, unknown project', method: 'GET', url: '/v1/projects/nobody/topics', status: 200, expected: {} },
         {
           name: 'list, bad pageSize',
@@ -165,8 +204,20 @@ for (const target of redisTargets()) {
           status: 400,
           expected: invalid('Invalid pageSize: "abc" is not a non-negative integer.'),
         },
-        { name: 'list, bad pageToken', method: 'GET', url: `${T}?pageToken=garbage`, status: 400, expected: invalid('Invalid pageToken.') },
-        { name: 'list subscriptions (none yet)', method: 'GET', url: `${T}/mx-topic/subscriptions`, status: 200, expected: {} },
+        {
+          name: 'list, bad pageToken',
+          method: 'GET',
+          url: `${T}?pageToken=garbage`,
+          status: 400,
+          expected: invalid('Invalid pageToken.'),
+        },
+        {
+          name: 'list subscriptions (none yet)',
+          method: 'GET',
+          url: `${T}/mx-topic/subscriptions`,
+          status: 200,
+          expected: {},
+        },
         {
           name: 'list subscriptions, invalid name',
           method: 'GET',
@@ -174,7 +225,13 @@ for (const target of redisTargets()) {
           status: 400,
           expected: badResourceName('topics', P, '-abc'),
         },
-        { name: 'list subscriptions, unknown', method: 'GET', url: `${T}/mx-none/subscriptions`, status: 404, expected: notFound('mx-none') },
+        {
+          name: 'list subscriptions, unknown',
+          method: 'GET',
+          url: `${T}/mx-none/subscriptions`,
+          status: 404,
+          expected: notFound('mx-none'),
+        },
         {
           name: 'list subscriptions, bad pageSize',
           method: 'GET',
@@ -196,7 +253,14 @@ for (const target of redisTargets()) {
           status: 200,
           expected: subscriptionBody(P, 'mx-doomed', TOPIC),
         },
-        { name: 'create, invalid name', method: 'PUT', url: `${S}/ab`, body: { topic: TOPIC }, status: 400, expected: badResourceName('subscriptions', P, 'ab') },
+        {
+          name: 'create, invalid name',
+          method: 'PUT',
+          url: `${S}/ab`,
+          body: { topic: TOPIC },
+          status: 400,
+          expected: badResourceName('subscriptions', P, 'ab'),
+        },
         {
           name: 'create, unknown topic',
           method: 'PUT',
@@ -243,7 +307,13 @@ for (const target of redisTargets()) {
           after: [['GET', `${S}/mx-sub2`, 404, notFound('mx-sub2')]],
         },
         { name: 'get', method: 'GET', url: `${S}/mx-sub`, status: 200, expected: mxSub },
-        { name: 'get, invalid name', method: 'GET', url: `${S}/9abc`, status: 400, expected: badResourceName('subscriptions', P, '9abc') },
+        {
+          name: 'get, invalid name',
+          method: 'GET',
+          url: `${S}/9abc`,
+          status: 400,
+          expected: badResourceName('subscriptions', P, '9abc'),
+        },
         { name: 'get, unknown', method: 'GET', url: `${S}/mx-none`, status: 404, expected: notFound('mx-none') },
         {
           name: 'patch',
@@ -304,8 +374,20 @@ for (const target of redisTargets()) {
           status: 200,
           expected: { subscriptions: [`projects/${P}/subscriptions/mx-doomed`, `projects/${P}/subscriptions/mx-sub`] },
         },
-        { name: 'list, invalid project', method: 'GET', url: '/v1/projects/a%20b/subscriptions', status: 400, expected: badProject('a b') },
-        { name: 'list, unknown project', method: 'GET', url: '/v1/projects/nobody/subscriptions', status: 200, expected: {} },
+        {
+          name: 'list, invalid project',
+          method: 'GET',
+          url: '/v1/projects/a%20b/subscriptions',
+          status: 400,
+          expected: badProject('a b'),
+        },
+        {
+          name: 'list, unknown project',
+          method: 'GET',
+          url: '/v1/projects/nobody/subscriptions',
+          status: 200,
+          expected: {},
+        },
         {
           name: 'list, bad pageSize',
           method: 'GET',
@@ -313,7 +395,13 @@ for (const target of redisTargets()) {
           status: 400,
           expected: invalid('Invalid pageSize: "1e3" is not a non-negative integer.'),
         },
-        { name: 'list, bad pageToken', method: 'GET', url: `${S}?pageToken=%21%21`, status: 400, expected: invalid('Invalid pageToken.') },
+        {
+          name: 'list, bad pageToken',
+          method: 'GET',
+          url: `${S}?pageToken=%21%21`,
+          status: 400,
+          expected: invalid('Invalid pageToken.'),
+        },
         {
           name: 'delete',
           method: 'DELETE',
@@ -326,14 +414,22 @@ for (const target of redisTargets()) {
           ],
         },
         { name: 'delete again', method: 'DELETE', url: `${S}/mx-doomed`, status: 404, expected: notFound('mx-doomed') },
-        { name: 'delete, invalid name', method: 'DELETE', url: `${S}/x`, status: 400, expected: badResourceName('subscriptions', P, 'x') },
+        {
+          name: 'delete, invalid name',
+          method: 'DELETE',
+          url: `${S}/x`,
+          status: 400,
+          expected: badResourceName('subscriptions', P, 'x'),
+        },
         { name: 'delete, unknown', method: 'DELETE', url: `${S}/mx-none`, status: 404, expected: notFound('mx-none') },
       ]),
     );
 
     await t.test('data path: publish / pull / modifyAckDeadline / acknowledge', async (t) => {
       // Publish.
-      const published = await api('POST', `${T}/mx-topic:publish`, { messages: [{ data: b64('hello'), attributes: { k: 'v' } }] });
+      const published = await api('POST', `${T}/mx-topic:publish`, {
+        messages: [{ data: b64('hello'), attributes: { k: 'v' } }],
+      });
       const [messageId] = checkMessageIds(published, 1);
       t.pass(`publish -> 200 {"messageIds":["${messageId}"]}`);
       await runRows(t, api, [
@@ -365,7 +461,12 @@ for (const target of redisTargets()) {
           name: 'publish, mixed ordering keys',
           method: 'POST',
           url: `${T}/mx-topic:publish`,
-          body: { messages: [{ data: b64('a'), orderingKey: 'k1' }, { data: b64('b'), orderingKey: 'k2' }] },
+          body: {
+            messages: [
+              { data: b64('a'), orderingKey: 'k1' },
+              { data: b64('b'), orderingKey: 'k2' },
+            ],
+          },
           status: 400,
           expected: failedPrecondition(MIXED_ORDERING_KEYS),
         },
@@ -374,14 +475,39 @@ for (const target of redisTargets()) {
       // Pull: exactly the one valid message arrives (rejected publishes stored nothing).
       const pulled = await api('POST', `${S}/mx-sub:pull`, { maxMessages: 10, returnImmediately: true });
       const { body, ackIds, messageIds } = normalisePull(pulled.body);
-      t.strictSame({ status: pulled.status, body }, { status: 200, body: { receivedMessages: [received({ data: b64('hello'), attributes: { k: 'v' } })] } }, 'pull -> 200, the one published message');
+      t.strictSame(
+        { status: pulled.status, body },
+        { status: 200, body: { receivedMessages: [received({ data: b64('hello'), attributes: { k: 'v' } })] } },
+        'pull -> 200, the one published message',
+      );
       t.strictSame(messageIds, [messageId], 'pulled messageId is the published one');
       const [ackId] = ackIds;
 
       await runRows(t, api, [
-        { name: 'pull again (leased)', method: 'POST', url: `${S}/mx-sub:pull`, body: { maxMessages: 10, returnImmediately: true }, status: 200, expected: {} },
-        { name: 'pull, invalid name', method: 'POST', url: `${S}/ab:pull`, body: { maxMessages: 1 }, status: 400, expected: badResourceName('subscriptions', P, 'ab') },
-        { name: 'pull, unknown', method: 'POST', url: `${S}/mx-none:pull`, body: { maxMessages: 1, returnImmediately: true }, status: 404, expected: notFound('mx-none') },
+        {
+          name: 'pull again (leased)',
+          method: 'POST',
+          url: `${S}/mx-sub:pull`,
+          body: { maxMessages: 10, returnImmediately: true },
+          status: 200,
+          expected: {},
+        },
+        {
+          name: 'pull, invalid name',
+          method: 'POST',
+          url: `${S}/ab:pull`,
+          body: { maxMessages: 1 },
+          status: 400,
+          expected: badResourceName('subscriptions', P, 'ab'),
+        },
+        {
+          name: 'pull, unknown',
+          method: 'POST',
+          url: `${S}/mx-none:pull`,
+          body: { maxMessages: 1, returnImmediately: true },
+          status: 404,
+          expected: notFound('mx-none'),
+        },
         {
           name: 'pull, bad body',
           method: 'POST',
@@ -390,7 +516,14 @@ for (const target of redisTargets()) {
           status: 400,
           expected: invalidValue('maxMessages', 'maxMessages must be a positive integer'),
         },
-        { name: 'modack', method: 'POST', url: `${S}/mx-sub:modifyAckDeadline`, body: { ackIds: [ackId], ackDeadlineSeconds: 120 }, status: 200, expected: {} },
+        {
+          name: 'modack',
+          method: 'POST',
+          url: `${S}/mx-sub:modifyAckDeadline`,
+          body: { ackIds: [ackId], ackDeadlineSeconds: 120 },
+          status: 200,
+          expected: {},
+        },
         {
           name: 'modack, invalid name',
           method: 'POST',
@@ -415,8 +548,22 @@ for (const target of redisTargets()) {
           status: 400,
           expected: invalidValue('ackDeadlineSeconds', 'ackDeadlineSeconds must be between 0 and 600'),
         },
-        { name: 'ack, invalid name', method: 'POST', url: `${S}/ab:acknowledge`, body: { ackIds: [ackId] }, status: 400, expected: badResourceName('subscriptions', P, 'ab') },
-        { name: 'ack, unknown', method: 'POST', url: `${S}/mx-none:acknowledge`, body: { ackIds: [ackId] }, status: 404, expected: notFound('mx-none') },
+        {
+          name: 'ack, invalid name',
+          method: 'POST',
+          url: `${S}/ab:acknowledge`,
+          body: { ackIds: [ackId] },
+          status: 400,
+          expected: badResourceName('subscriptions', P, 'ab'),
+        },
+        {
+          name: 'ack, unknown',
+          method: 'POST',
+          url: `${S}/mx-none:acknowledge`,
+          body: { ackIds: [ackId] },
+          status: 404,
+          expected: notFound('mx-none'),
+        },
         {
           name: 'ack, bad body',
           method: 'POST',
@@ -425,7 +572,14 @@ for (const target of redisTargets()) {
           status: 400,
           expected: invalidValue('ackIds', 'at least one ack ID is required'),
         },
-        { name: 'ack', method: 'POST', url: `${S}/mx-sub:acknowledge`, body: { ackIds: [ackId] }, status: 200, expected: {} },
+        {
+          name: 'ack',
+          method: 'POST',
+          url: `${S}/mx-sub:acknowledge`,
+          body: { ackIds: [ackId] },
+          status: 200,
+          expected: {},
+        },
       ]);
       // The rejected nack (601 s) did not release the lease, and after the ack the message is gone.
       const after = await api('POST', `${S}/mx-sub:pull`, { maxMessages: 10, returnImmediately: true });
@@ -472,7 +626,11 @@ t.test('unknown routes and custom verbs -> 404 NOT_FOUND envelope', async (t) =>
     t.strictSame(await api(method, url, body), { status: 404, body: noRoute(method, url) }, `${method} ${url}`);
   }
   // The query string is not echoed.
-  t.strictSame(await api('GET', '/v1/nowhere?secret=1'), { status: 404, body: noRoute('GET', '/v1/nowhere') }, 'query string not echoed');
+  t.strictSame(
+    await api('GET', '/v1/nowhere?secret=1'),
+    { status: 404, body: noRoute('GET', '/v1/nowhere') },
+    'query string not echoed',
+  );
 });
 
 t.test('URLs the router itself refuses still answer the error envelope', async (t) => {
@@ -487,7 +645,12 @@ t.test('URLs the router itself refuses still answer the error envelope', async (
     const reply = await api('GET', url);
     // The message is free; the status, the canonical code and the envelope are not.
     t.strictSame(
-      { status: reply.status, code: reply.body?.error?.code, status_: reply.body?.error?.status, invariant: reply.invariant },
+      {
+        status: reply.status,
+        code: reply.body?.error?.code,
+        status_: reply.body?.error?.status,
+        invariant: reply.invariant,
+      },
       { status: 400, code: 400, status_: 'INVALID_ARGUMENT', invariant: undefined },
       `${why}: 400 INVALID_ARGUMENT envelope`,
     );
@@ -515,11 +678,20 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
 
   await t.test('malformed JSON -> 400 INVALID_ARGUMENT, nothing created', async (t) => {
     for (const payload of ['{bad', '{"labels":', '{"a":1}}', "{'a':1}", 'nul']) {
-      t.strictSame(await raw({ method: 'PUT', url: `${T}/tr-bad`, payload, headers: JSON_CT }), { status: 400, body: MALFORMED }, `PUT topic ${payload}`);
+      t.strictSame(
+        await raw({ method: 'PUT', url: `${T}/tr-bad`, payload, headers: JSON_CT }),
+        { status: 400, body: MALFORMED },
+        `PUT topic ${payload}`,
+      );
     }
     t.strictSame(await api('GET', `${T}/tr-bad`), { status: 404, body: notFound('tr-bad') }, 'topic not created');
     t.strictSame(
-      await raw({ method: 'POST', url: `${T}/tr-topic:publish`, payload: '{"messages":[{"data":"eA=="}', headers: JSON_CT }),
+      await raw({
+        method: 'POST',
+        url: `${T}/tr-topic:publish`,
+        payload: '{"messages":[{"data":"eA=="}',
+        headers: JSON_CT,
+      }),
       { status: 400, body: MALFORMED },
       'publish, truncated JSON',
     );
@@ -534,7 +706,11 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
       '__proto__ key refused',
     );
     t.strictSame(await api('GET', `${T}/tr-bad`), { status: 404, body: notFound('tr-bad') }, 'still not created');
-    t.strictSame(await api('POST', `${S}/tr-sub:pull`, { maxMessages: 10, returnImmediately: true }), { status: 200, body: {} }, 'nothing was published');
+    t.strictSame(
+      await api('POST', `${S}/tr-sub:pull`, { maxMessages: 10, returnImmediately: true }),
+      { status: 200, body: {} },
+      'nothing was published',
+    );
   });
 
   await t.test('malformed JSON sent without a JSON content type', async (t) => {
@@ -548,7 +724,11 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
     t.equal(reply.status, 400);
     t.equal(reply.body.error.status, 'INVALID_ARGUMENT');
     // The message should not claim a content type the client did not send.
-    t.strictSame(reply.body, invalid('Invalid JSON payload received. Body is not valid JSON.'), 'message names the real problem');
+    t.strictSame(
+      reply.body,
+      invalid('Invalid JSON payload received. Body is not valid JSON.'),
+      'message names the real problem',
+    );
   });
 
   await t.test('JSON that is not an object -> 400 INVALID_ARGUMENT', async (t) => {
@@ -564,11 +744,19 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
     ];
     for (const [method, url, what] of cases) {
       for (const payload of ['[]', '[{"maxMessages":1}]', '"text"', '42', 'true']) {
-        t.strictSame(await raw({ method, url, payload, headers: JSON_CT }), { status: 400, body: notAnObject(what) }, `${method} ${url} ${payload}`);
+        t.strictSame(
+          await raw({ method, url, payload, headers: JSON_CT }),
+          { status: 400, body: notAnObject(what) },
+          `${method} ${url} ${payload}`,
+        );
       }
     }
     t.strictSame(await api('GET', `${T}/tr-bad`), { status: 404, body: notFound('tr-bad') }, 'topic not created');
-    t.strictSame(await api('GET', `${S}/tr-bad`), { status: 404, body: notFound('tr-bad') }, 'subscription not created');
+    t.strictSame(
+      await api('GET', `${S}/tr-bad`),
+      { status: 404, body: notFound('tr-bad') },
+      'subscription not created',
+    );
   });
 
   await t.test('a JSON null body is not an object either', async (t) => {
@@ -581,7 +769,12 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
     );
     t.strictSame(await api('GET', url), { status: 404, body: notFound('tr-null') }, 'topic not created');
     t.strictSame(
-      await raw({ method: 'PUT', url: `/v1/projects/mx-null/subscriptions/tr-null`, payload: 'null', headers: JSON_CT }),
+      await raw({
+        method: 'PUT',
+        url: `/v1/projects/mx-null/subscriptions/tr-null`,
+        payload: 'null',
+        headers: JSON_CT,
+      }),
       { status: 400, body: notAnObject('subscription') },
       'PUT subscription null',
     );
@@ -595,21 +788,49 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
   await t.test('content-type application/json with an empty body (official clients on GET/DELETE)', async (t) => {
     const empty = (method: string, url: string) => raw({ method, url, payload: '', headers: JSON_CT });
     const noPayload = (method: string, url: string) => raw({ method, url, headers: JSON_CT });
-    t.strictSame(await empty('GET', `${T}/tr-topic`), { status: 200, body: topicBody(P, 'tr-topic') }, 'GET topic, empty body');
-    t.strictSame(await noPayload('GET', `${T}/tr-topic`), { status: 200, body: topicBody(P, 'tr-topic') }, 'GET topic, no payload');
+    t.strictSame(
+      await empty('GET', `${T}/tr-topic`),
+      { status: 200, body: topicBody(P, 'tr-topic') },
+      'GET topic, empty body',
+    );
+    t.strictSame(
+      await noPayload('GET', `${T}/tr-topic`),
+      { status: 200, body: topicBody(P, 'tr-topic') },
+      'GET topic, no payload',
+    );
     t.strictSame(await empty('GET', T), { status: 200, body: { topics: [topicBody(P, 'tr-topic')] } }, 'GET topics');
-    t.strictSame(await empty('GET', `${T}/tr-topic/subscriptions`), { status: 200, body: { subscriptions: [`projects/${P}/subscriptions/tr-sub`] } }, 'GET topic subscriptions');
+    t.strictSame(
+      await empty('GET', `${T}/tr-topic/subscriptions`),
+      { status: 200, body: { subscriptions: [`projects/${P}/subscriptions/tr-sub`] } },
+      'GET topic subscriptions',
+    );
     t.strictSame(
       await empty('GET', `${S}/tr-sub`),
       { status: 200, body: subscriptionBody(P, 'tr-sub', `projects/${P}/topics/tr-topic`) },
       'GET subscription',
     );
     t.strictSame(await empty('GET', `/healthz`), { status: 200, body: { status: 'ok' } }, 'GET /healthz');
-    t.strictSame(await empty('PUT', `${T}/tr-empty`), { status: 200, body: topicBody(P, 'tr-empty') }, 'PUT topic, empty body = {}');
+    t.strictSame(
+      await empty('PUT', `${T}/tr-empty`),
+      { status: 200, body: topicBody(P, 'tr-empty') },
+      'PUT topic, empty body = {}',
+    );
     t.strictSame(await empty('DELETE', `${T}/tr-empty`), { status: 200, body: {} }, 'DELETE topic, empty body');
-    t.strictSame(await noPayload('DELETE', `${T}/tr-empty`), { status: 404, body: notFound('tr-empty') }, 'DELETE again');
-    t.strictSame(await empty('PUT', `${S}/tr-empty`), { status: 400, body: invalid('The subscription needs a topic (field "topic").') }, 'PUT subscription, empty body');
-    t.strictSame(await raw({ method: 'PUT', url: `${S}/tr-empty`, payload: '   \n', headers: JSON_CT }), { status: 400, body: invalid('The subscription needs a topic (field "topic").') }, 'whitespace-only body');
+    t.strictSame(
+      await noPayload('DELETE', `${T}/tr-empty`),
+      { status: 404, body: notFound('tr-empty') },
+      'DELETE again',
+    );
+    t.strictSame(
+      await empty('PUT', `${S}/tr-empty`),
+      { status: 400, body: invalid('The subscription needs a topic (field "topic").') },
+      'PUT subscription, empty body',
+    );
+    t.strictSame(
+      await raw({ method: 'PUT', url: `${S}/tr-empty`, payload: '   \n', headers: JSON_CT }),
+      { status: 400, body: invalid('The subscription needs a topic (field "topic").') },
+      'whitespace-only body',
+    );
     await api('PUT', `${S}/tr-empty`, { topic: `projects/${P}/topics/tr-topic` });
     t.strictSame(await empty('DELETE', `${S}/tr-empty`), { status: 200, body: {} }, 'DELETE subscription, empty body');
     t.strictSame(
@@ -621,7 +842,12 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
 
   await t.test('POST without a JSON content type still parses JSON', async (t) => {
     const publishBody = JSON.stringify({ messages: [{ data: b64('form') }] });
-    for (const headers of [{} as Record<string, string>, { 'content-type': 'application/x-www-form-urlencoded' }, { 'content-type': 'text/plain' }, { 'content-type': 'application/json; charset=utf-8' }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { 'content-type': 'application/x-www-form-urlencoded' },
+      { 'content-type': 'text/plain' },
+      { 'content-type': 'application/json; charset=utf-8' },
+    ]) {
       const reply = await raw({ method: 'POST', url: `${T}/tr-topic:publish`, payload: publishBody, headers });
       checkMessageIds(reply, 1);
       t.pass(`publish with headers ${JSON.stringify(headers)} -> 200`);
@@ -633,14 +859,23 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
     });
     const { body, ackIds } = normalisePull(pulled.body);
-    t.strictSame({ status: pulled.status, body }, { status: 200, body: { receivedMessages: Array(4).fill(received({ data: b64('form') })) } }, 'pull (form-encoded) gets all four');
+    t.strictSame(
+      { status: pulled.status, body },
+      { status: 200, body: { receivedMessages: Array(4).fill(received({ data: b64('form') })) } },
+      'pull (form-encoded) gets all four',
+    );
     t.strictSame(
       await raw({ method: 'POST', url: `${S}/tr-sub:acknowledge`, payload: JSON.stringify({ ackIds }) }),
       { status: 200, body: {} },
       'acknowledge without content type',
     );
     t.strictSame(
-      await raw({ method: 'PUT', url: `${T}/tr-form`, payload: '{"labels":{"via":"curl"}}', headers: { 'content-type': 'application/x-www-form-urlencoded' } }),
+      await raw({
+        method: 'PUT',
+        url: `${T}/tr-form`,
+        payload: '{"labels":{"via":"curl"}}',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      }),
       { status: 200, body: topicBody(P, 'tr-form', { labels: { via: 'curl' } }) },
       'PUT topic with form content type',
     );
@@ -657,10 +892,19 @@ t.test('transport: JSON parsing, content types, empty bodies', async (t) => {
 
   await t.test('snake_case field names are accepted', async (t) => {
     t.strictSame(
-      await api('PUT', `${S}/tr-snake`, { topic: `projects/${P}/topics/tr-topic`, ack_deadline_seconds: 25, enable_message_ordering: true, retain_acked_messages: true }),
+      await api('PUT', `${S}/tr-snake`, {
+        topic: `projects/${P}/topics/tr-topic`,
+        ack_deadline_seconds: 25,
+        enable_message_ordering: true,
+        retain_acked_messages: true,
+      }),
       {
         status: 200,
-        body: subscriptionBody(P, 'tr-snake', `projects/${P}/topics/tr-topic`, { ackDeadlineSeconds: 25, retainAckedMessages: true, enableMessageOrdering: true }),
+        body: subscriptionBody(P, 'tr-snake', `projects/${P}/topics/tr-topic`, {
+          ackDeadlineSeconds: 25,
+          retainAckedMessages: true,
+          enableMessageOrdering: true,
+        }),
       },
       'create with snake_case fields',
     );
@@ -678,6 +922,10 @@ t.test('the process is still fine afterwards', async (t) => {
   for (const target of redisTargets()) {
     const { api } = await openClient(t, target, `matrix-final-${target.name}`);
     t.strictSame(await api('GET', '/healthz'), { status: 200, body: { status: 'ok' } }, `${target.name}: GET /healthz`);
-    t.strictSame(await api('GET', '/readyz'), { status: 200, body: { status: 'ready', redis: 'ok' } }, `${target.name}: GET /readyz`);
+    t.strictSame(
+      await api('GET', '/readyz'),
+      { status: 200, body: { status: 'ready', redis: 'ok' } },
+      `${target.name}: GET /readyz`,
+    );
   }
 });

@@ -57,35 +57,108 @@ for (const target of redisTargets()) {
         ['0 messages', { messages: [] }, invalid('The publish request must contain at least one message.')],
         ['no messages field', {}, invalidValue('messages', 'messages must be a list')],
         ['messages not a list', { messages: { data: b64('x') } }, invalidValue('messages', 'messages must be a list')],
-        ['a message that is null', { messages: [null] }, invalidValue('messages.0', 'Invalid input: expected object, received null')],
-        ['1001 messages', { messages: many(1001, (i) => ({ data: b64(`m${i}`) })) }, invalid('The publish request has 1001 messages; at most 1000 are allowed.')],
+        [
+          'a message that is null',
+          { messages: [null] },
+          invalidValue('messages.0', 'Invalid input: expected object, received null'),
+        ],
+        [
+          '1001 messages',
+          { messages: many(1001, (i) => ({ data: b64(`m${i}`) })) },
+          invalid('The publish request has 1001 messages; at most 1000 are allowed.'),
+        ],
         ['message {}', { messages: [{}] }, invalid(EMPTY_MESSAGE)],
         ['empty data', { messages: [{ data: '' }] }, invalid(EMPTY_MESSAGE)],
         ['empty attributes', { messages: [{ attributes: {} }] }, invalid(EMPTY_MESSAGE)],
         ['empty data and attributes', { messages: [{ data: '', attributes: {} }] }, invalid(EMPTY_MESSAGE)],
-        ['one empty message among good ones', { messages: [{ data: b64('ok') }, { orderingKey: '' }] }, invalid(EMPTY_MESSAGE)],
+        [
+          'one empty message among good ones',
+          { messages: [{ data: b64('ok') }, { orderingKey: '' }] },
+          invalid(EMPTY_MESSAGE),
+        ],
         ['invalid base64', { messages: [{ data: 'not base64!' }] }, msg0('"data" is not valid base64.')],
         ['base64 with a space', { messages: [{ data: 'YW Jj' }] }, msg0('"data" is not valid base64.')],
         ['base64 with broken padding', { messages: [{ data: 'YQ=' }] }, msg0('"data" is not valid base64.')],
-        ['base64 of impossible length', { messages: [{ data: b64('ok') }, { data: 'abcde' }] }, invalid('Message 1: "data" is not valid base64.')],
-        ['data not a string', { messages: [{ data: 12 }] }, invalidValue('messages.0.data', 'Invalid input: expected string, received number')],
-        ['101 attributes', { messages: [{ attributes: attrs(101) }] }, invalid('Message 0 has 101 attributes; at most 100 are allowed.')],
-        ['attribute key of 257 bytes', { messages: [{ attributes: { [repeat('k', 257)]: 'v' } }] }, msg0('attribute keys must be 1 to 256 bytes long.')],
-        ['attribute key of 258 bytes in 129 characters', { messages: [{ attributes: { [repeat('é', 129)]: 'v' } }] }, msg0('attribute keys must be 1 to 256 bytes long.')],
-        ['empty attribute key', { messages: [{ attributes: { '': 'v' } }] }, msg0('attribute keys must be 1 to 256 bytes long.')],
-        ['attribute value of 1025 bytes', { messages: [{ attributes: { k: repeat('v', 1025) } }] }, msg0('the value of attribute "k" exceeds 1024 bytes.')],
-        ['attribute value of 1026 bytes in 513 characters', { messages: [{ attributes: { k: repeat('é', 513) } }] }, msg0('the value of attribute "k" exceeds 1024 bytes.')],
-        ['attribute key starting with goog', { messages: [{ attributes: { googKey: 'v' } }] }, msg0('attribute key "googKey" uses the reserved prefix "goog".')],
-        ['attribute key goog', { messages: [{ data: b64('x'), attributes: { goog: 'v' } }] }, msg0('attribute key "goog" uses the reserved prefix "goog".')],
-        ['attribute value not a string', { messages: [{ attributes: { n: 1 } }] }, invalidValue('messages.0.attributes.n', 'Invalid input: expected string, received number')],
-        ['ordering key of 1025 bytes', { messages: [{ data: b64('x'), orderingKey: repeat('o', 1025) }] }, msg0('the ordering key exceeds 1024 bytes.')],
+        [
+          'base64 of impossible length',
+          { messages: [{ data: b64('ok') }, { data: 'abcde' }] },
+          invalid('Message 1: "data" is not valid base64.'),
+        ],
+        [
+          'data not a string',
+          { messages: [{ data: 12 }] },
+          invalidValue('messages.0.data', 'Invalid input: expected string, received number'),
+        ],
+        [
+          '101 attributes',
+          { messages: [{ attributes: attrs(101) }] },
+          invalid('Message 0 has 101 attributes; at most 100 are allowed.'),
+        ],
+        [
+          'attribute key of 257 bytes',
+          { messages: [{ attributes: { [repeat('k', 257)]: 'v' } }] },
+          msg0('attribute keys must be 1 to 256 bytes long.'),
+        ],
+        [
+          'attribute key of 258 bytes in 129 characters',
+          { messages: [{ attributes: { [repeat('é', 129)]: 'v' } }] },
+          msg0('attribute keys must be 1 to 256 bytes long.'),
+        ],
+        [
+          'empty attribute key',
+          { messages: [{ attributes: { '': 'v' } }] },
+          msg0('attribute keys must be 1 to 256 bytes long.'),
+        ],
+        [
+          'attribute value of 1025 bytes',
+          { messages: [{ attributes: { k: repeat('v', 1025) } }] },
+          msg0('the value of attribute "k" exceeds 1024 bytes.'),
+        ],
+        [
+          'attribute value of 1026 bytes in 513 characters',
+          { messages: [{ attributes: { k: repeat('é', 513) } }] },
+          msg0('the value of attribute "k" exceeds 1024 bytes.'),
+        ],
+        [
+          'attribute key starting with goog',
+          { messages: [{ attributes: { googKey: 'v' } }] },
+          msg0('attribute key "googKey" uses the reserved prefix "goog".'),
+        ],
+        [
+          'attribute key goog',
+          { messages: [{ data: b64('x'), attributes: { goog: 'v' } }] },
+          msg0('attribute key "goog" uses the reserved prefix "goog".'),
+        ],
+        [
+          'attribute value not a string',
+          { messages: [{ attributes: { n: 1 } }] },
+          invalidValue('messages.0.attributes.n', 'Invalid input: expected string, received number'),
+        ],
+        [
+          'ordering key of 1025 bytes',
+          { messages: [{ data: b64('x'), orderingKey: repeat('o', 1025) }] },
+          msg0('the ordering key exceeds 1024 bytes.'),
+        ],
         [
           'two different ordering keys',
-          { messages: [{ data: b64('a'), orderingKey: 'k1' }, { data: b64('b'), orderingKey: 'k2' }] },
+          {
+            messages: [
+              { data: b64('a'), orderingKey: 'k1' },
+              { data: b64('b'), orderingKey: 'k2' },
+            ],
+          },
           failedPrecondition(MIXED_ORDERING_KEYS),
         ],
-        ['keyed then unkeyed', { messages: [{ data: b64('a'), orderingKey: 'k1' }, { data: b64('b') }] }, failedPrecondition(MIXED_ORDERING_KEYS)],
-        ['unkeyed then keyed', { messages: [{ data: b64('a') }, { data: b64('b'), orderingKey: 'k1' }] }, failedPrecondition(MIXED_ORDERING_KEYS)],
+        [
+          'keyed then unkeyed',
+          { messages: [{ data: b64('a'), orderingKey: 'k1' }, { data: b64('b') }] },
+          failedPrecondition(MIXED_ORDERING_KEYS),
+        ],
+        [
+          'unkeyed then keyed',
+          { messages: [{ data: b64('a') }, { data: b64('b'), orderingKey: 'k1' }] },
+          failedPrecondition(MIXED_ORDERING_KEYS),
+        ],
         ['unknown message field', { messages: [{ data: b64('a'), bogus: 1 }] }, unknownField('bogus', 'messages.0')],
         ['unknown request field', { messages: [{ data: b64('a') }], topic: 'x' }, unknownField('topic')],
         [
@@ -95,7 +168,12 @@ for (const target of redisTargets()) {
         ],
         [
           'request over 10 MB (two messages and an attribute)',
-          { messages: [{ data: Buffer.alloc(5_000_000, 1).toString('base64') }, { data: Buffer.alloc(5_000_000, 2).toString('base64'), attributes: { k: 'v' } }] },
+          {
+            messages: [
+              { data: Buffer.alloc(5_000_000, 1).toString('base64') },
+              { data: Buffer.alloc(5_000_000, 2).toString('base64'), attributes: { k: 'v' } },
+            ],
+          },
           invalid('The publish request is 10000002 bytes; the limit is 10000000 bytes.'),
         ],
       ];
@@ -109,7 +187,11 @@ for (const target of redisTargets()) {
         { status: 400, body: invalid('Request payload size exceeds the limit.') },
         'body over the 16 MiB transport limit',
       );
-      t.strictSame(await api('POST', `${sub}:pull`, { maxMessages: 1000, returnImmediately: true }), { status: 200, body: {} }, 'no rejected request stored a message');
+      t.strictSame(
+        await api('POST', `${sub}:pull`, { maxMessages: 1000, returnImmediately: true }),
+        { status: 200, body: {} },
+        'no rejected request stored a message',
+      );
       t.strictSame(
         await api('POST', `${T}/absent:publish`, { messages: [{ data: b64('x') }] }),
         { status: 404, body: notFound('absent') },
@@ -122,25 +204,75 @@ for (const target of redisTargets()) {
       const url = `${topic}:publish`;
       const cases: [string, Record<string, unknown>[], Record<string, unknown>[]][] = [
         ['100 attributes', [{ attributes: attrs(100) }], [{ attributes: attrs(100) }]],
-        ['attribute key of 256 bytes', [{ attributes: { [repeat('k', 256)]: 'v' } }], [{ attributes: { [repeat('k', 256)]: 'v' } }]],
-        ['attribute key of 256 bytes in 128 characters', [{ attributes: { [repeat('é', 128)]: 'v' } }], [{ attributes: { [repeat('é', 128)]: 'v' } }]],
-        ['attribute value of 1024 bytes', [{ attributes: { k: repeat('v', 1024) } }], [{ attributes: { k: repeat('v', 1024) } }]],
-        ['attribute value of 1024 bytes in 512 characters', [{ attributes: { k: repeat('é', 512) } }], [{ attributes: { k: repeat('é', 512) } }]],
+        [
+          'attribute key of 256 bytes',
+          [{ attributes: { [repeat('k', 256)]: 'v' } }],
+          [{ attributes: { [repeat('k', 256)]: 'v' } }],
+        ],
+        [
+          'attribute key of 256 bytes in 128 characters',
+          [{ attributes: { [repeat('é', 128)]: 'v' } }],
+          [{ attributes: { [repeat('é', 128)]: 'v' } }],
+        ],
+        [
+          'attribute value of 1024 bytes',
+          [{ attributes: { k: repeat('v', 1024) } }],
+          [{ attributes: { k: repeat('v', 1024) } }],
+        ],
+        [
+          'attribute value of 1024 bytes in 512 characters',
+          [{ attributes: { k: repeat('é', 512) } }],
+          [{ attributes: { k: repeat('é', 512) } }],
+        ],
         ['empty attribute value', [{ attributes: { k: '' } }], [{ attributes: { k: '' } }]],
-        ['attribute key containing goog later', [{ attributes: { xgoog: 'v', Goog: 'w' } }], [{ attributes: { xgoog: 'v', Goog: 'w' } }]],
-        ['ordering key of 1024 bytes', [{ data: b64('o'), orderingKey: repeat('o', 1024) }], [{ data: b64('o'), orderingKey: repeat('o', 1024) }]],
-        ['the same ordering key on every message', [{ data: b64('1'), orderingKey: 'k' }, { attributes: { a: 'b' }, orderingKey: 'k' }], [{ data: b64('1'), orderingKey: 'k' }, { attributes: { a: 'b' }, orderingKey: 'k' }]],
-        ['empty ordering key equals none', [{ data: b64('e1'), orderingKey: '' }, { data: b64('e2') }], [{ data: b64('e1') }, { data: b64('e2') }]],
+        [
+          'attribute key containing goog later',
+          [{ attributes: { xgoog: 'v', Goog: 'w' } }],
+          [{ attributes: { xgoog: 'v', Goog: 'w' } }],
+        ],
+        [
+          'ordering key of 1024 bytes',
+          [{ data: b64('o'), orderingKey: repeat('o', 1024) }],
+          [{ data: b64('o'), orderingKey: repeat('o', 1024) }],
+        ],
+        [
+          'the same ordering key on every message',
+          [
+            { data: b64('1'), orderingKey: 'k' },
+            { attributes: { a: 'b' }, orderingKey: 'k' },
+          ],
+          [
+            { data: b64('1'), orderingKey: 'k' },
+            { attributes: { a: 'b' }, orderingKey: 'k' },
+          ],
+        ],
+        [
+          'empty ordering key equals none',
+          [{ data: b64('e1'), orderingKey: '' }, { data: b64('e2') }],
+          [{ data: b64('e1') }, { data: b64('e2') }],
+        ],
         ['attributes only, no data', [{ attributes: { only: 'attrs' } }], [{ attributes: { only: 'attrs' } }]],
-        ['binary data', [{ data: Buffer.from([0, 255, 1, 254, 10, 13]).toString('base64') }], [{ data: Buffer.from([0, 255, 1, 254, 10, 13]).toString('base64') }]],
+        [
+          'binary data',
+          [{ data: Buffer.from([0, 255, 1, 254, 10, 13]).toString('base64') }],
+          [{ data: Buffer.from([0, 255, 1, 254, 10, 13]).toString('base64') }],
+        ],
         ['URL-safe base64 without padding', [{ data: '-_8' }], [{ data: '+/8=' }]],
         ['standard base64 without padding (no +/)', [{ data: 'YWJjZA' }], [{ data: b64('abcd') }]],
-        ['publisher-set messageId and publishTime are replaced', [{ data: b64('mine'), messageId: 'x-1', publishTime: '2000-01-01T00:00:00Z' }], [{ data: b64('mine') }]],
+        [
+          'publisher-set messageId and publishTime are replaced',
+          [{ data: b64('mine'), messageId: 'x-1', publishTime: '2000-01-01T00:00:00Z' }],
+          [{ data: b64('mine') }],
+        ],
       ];
       for (const [why, messages, expected] of cases) {
         const ids = checkMessageIds(await api('POST', url, { messages }), messages.length);
         const pulled = await pullAll(api, sub);
-        t.strictSame({ status: pulled.status, body: pulled.body }, { status: 200, body: { receivedMessages: expected.map(received) } }, why);
+        t.strictSame(
+          { status: pulled.status, body: pulled.body },
+          { status: 200, body: { receivedMessages: expected.map(received) } },
+          why,
+        );
         t.strictSame(pulled.messageIds, ids, `${why}: IDs as published`);
         if (pulled.ackIds.length) await api('POST', `${sub}:acknowledge`, { ackIds: pulled.ackIds });
       }
@@ -162,7 +294,11 @@ for (const target of redisTargets()) {
           continue;
         }
         const pulled = await pullAll(api, sub);
-        t.strictSame(pulled.body, { receivedMessages: [received({ data: expected })] }, `${why}: delivered as ${expected}`);
+        t.strictSame(
+          pulled.body,
+          { receivedMessages: [received({ data: expected })] },
+          `${why}: delivered as ${expected}`,
+        );
         await api('POST', `${sub}:acknowledge`, { ackIds: pulled.ackIds });
       }
     });
@@ -175,10 +311,19 @@ for (const target of redisTargets()) {
       t.equal(pulled.status, 200);
       t.equal(pulled.body.receivedMessages.length, 1000, 'all 1000 pulled');
       const byId = new Map<string, string>();
-      pulled.body.receivedMessages.forEach((m: any, k: number) => byId.set(pulled.messageIds[k], m.message.attributes.i));
-      t.strictSame(ids.map((id) => byId.get(id)), messages.map((_, i) => String(i)), 'messageIds[i] is the ID of message i');
+      pulled.body.receivedMessages.forEach((m: any, k: number) => {
+        byId.set(pulled.messageIds[k], m.message.attributes.i);
+      });
+      t.strictSame(
+        ids.map((id) => byId.get(id)),
+        messages.map((_, i) => String(i)),
+        'messageIds[i] is the ID of message i',
+      );
       const numeric = ids.map(Number);
-      t.ok(numeric.every((n, i) => i === 0 || n > numeric[i - 1]), 'IDs increase in request order');
+      t.ok(
+        numeric.every((n, i) => i === 0 || n > numeric[i - 1]),
+        'IDs increase in request order',
+      );
       const next = checkMessageIds(await api('POST', `${topic}:publish`, { messages: [{ data: b64('later') }] }), 1);
       t.ok(Number(next[0]) > numeric[999], 'a later publish gets a later ID');
     });
@@ -190,7 +335,11 @@ for (const target of redisTargets()) {
       const { topic, sub } = await setup(api, 'fourmb');
       const data = Buffer.alloc(4_000_000, 5);
       const reply = await api('POST', `${topic}:publish`, { messages: [{ data: data.toString('base64') }] });
-      t.strictSame({ status: reply.status, keys: Object.keys(reply.body ?? {}) }, { status: 200, keys: ['messageIds'] }, 'accepted');
+      t.strictSame(
+        { status: reply.status, keys: Object.keys(reply.body ?? {}) },
+        { status: 200, keys: ['messageIds'] },
+        'accepted',
+      );
       if (reply.status !== 200) return;
       const pulled = await pullAll(api, sub, 1);
       t.equal(Buffer.from(pulled.body.receivedMessages[0].message.data, 'base64').length, 4_000_000, 'delivered whole');
@@ -206,7 +355,9 @@ for (const target of redisTargets()) {
       checkMessageIds(await api('POST', `${topic}:publish`, { messages: [{ data: big.toString('base64') }] }), 1);
       // Data plus attribute bytes summing to exactly 10,000,000.
       checkMessageIds(
-        await api('POST', `${topic}:publish`, { messages: [{ data: Buffer.alloc(9_999_990, 3).toString('base64'), attributes: { k1234: 'v1234' } }] }),
+        await api('POST', `${topic}:publish`, {
+          messages: [{ data: Buffer.alloc(9_999_990, 3).toString('base64'), attributes: { k1234: 'v1234' } }],
+        }),
         1,
       );
       const first = await pullAll(api, sub, 1);
@@ -218,10 +369,18 @@ for (const target of redisTargets()) {
       const secondData = Buffer.from(second.body.receivedMessages[0].message.data, 'base64');
       t.equal(secondData.length, 9_999_990);
       t.strictSame(second.body.receivedMessages[0].message.attributes, { k1234: 'v1234' });
-      t.strictSame(await api('POST', `${sub}:acknowledge`, { ackIds: [...first.ackIds, ...second.ackIds] }), { status: 200, body: {} }, 'ack both');
+      t.strictSame(
+        await api('POST', `${sub}:acknowledge`, { ackIds: [...first.ackIds, ...second.ackIds] }),
+        { status: 200, body: {} },
+        'ack both',
+      );
     });
 
     t.strictSame(await api('GET', '/healthz'), { status: 200, body: { status: 'ok' } }, 'still healthy');
-    t.strictSame(await api('GET', `${S}/limits-sub`), { status: 200, body: subscriptionBody(P, 'limits-sub', `projects/${P}/topics/limits`) }, 'fixture intact');
+    t.strictSame(
+      await api('GET', `${S}/limits-sub`),
+      { status: 200, body: subscriptionBody(P, 'limits-sub', `projects/${P}/topics/limits`) },
+      'fixture intact',
+    );
   });
 }

@@ -30,8 +30,11 @@ const S = `/v1/projects/${P}/subscriptions`;
 const TOPIC = `projects/${P}/topics/sp-topic`;
 const sub = (id: string, extra: Record<string, unknown> = {}) => subscriptionBody(P, id, TOPIC, extra);
 const notMutable = (path: string) =>
-  invalid(`Invalid update_mask provided in the UpdateSubscriptionRequest: the '${path}' field in the Subscription is not mutable.`);
-const unknownPath = (path: string) => invalid(`Invalid update_mask provided in the UpdateSubscriptionRequest: unknown field name "${path}".`);
+  invalid(
+    `Invalid update_mask provided in the UpdateSubscriptionRequest: the '${path}' field in the Subscription is not mutable.`,
+  );
+const unknownPath = (path: string) =>
+  invalid(`Invalid update_mask provided in the UpdateSubscriptionRequest: unknown field name "${path}".`);
 
 t.test('subscription names', async (t) => {
   const { api } = await openClient(t, standalone, 'subs-names');
@@ -39,24 +42,40 @@ t.test('subscription names', async (t) => {
   const ok: [string, string][] = [
     ['abc', 'abc'],
     ['a.b~c+d%25e_f-g', 'a.b~c+d%e_f-g'],
-    ['s' + '1'.repeat(254), 's' + '1'.repeat(254)],
+    [`s${'1'.repeat(254)}`, `s${'1'.repeat(254)}`],
   ];
   for (const [segment, id] of ok) {
     const label = id.length > 40 ? `${id.slice(0, 12)}... (${id.length} chars)` : id;
-    t.strictSame(await api('PUT', `${S}/${segment}`, { topic: TOPIC }), { status: 200, body: sub(id) }, `create ${label}`);
+    t.strictSame(
+      await api('PUT', `${S}/${segment}`, { topic: TOPIC }),
+      { status: 200, body: sub(id) },
+      `create ${label}`,
+    );
     t.strictSame(await api('GET', `${S}/${segment}`), { status: 200, body: sub(id) }, `get ${label}`);
-    t.strictSame(await api('POST', `${S}/${segment}:pull`, { maxMessages: 1, returnImmediately: true }), { status: 200, body: {} }, `pull ${label}`);
+    t.strictSame(
+      await api('POST', `${S}/${segment}:pull`, { maxMessages: 1, returnImmediately: true }),
+      { status: 200, body: {} },
+      `pull ${label}`,
+    );
   }
   const bad: [string, string, string][] = [
     ['2 characters', 'ab', 'ab'],
-    ['256 characters', 's' + '1'.repeat(255), 's' + '1'.repeat(255)],
+    ['256 characters', `s${'1'.repeat(255)}`, `s${'1'.repeat(255)}`],
     ['starts with a digit', '0abc', '0abc'],
     ['starts with goog', 'google-sub', 'google-sub'],
     ['holds a quote', 'ab%22c', 'ab"c'],
   ];
   for (const [why, segment, id] of bad) {
-    t.strictSame(await api('PUT', `${S}/${segment}`, { topic: TOPIC }), { status: 400, body: badResourceName('subscriptions', P, id) }, `create: ${why}`);
-    t.strictSame(await api('POST', `${S}/${segment}:pull`, { maxMessages: 1 }), { status: 400, body: badResourceName('subscriptions', P, id) }, `pull: ${why}`);
+    t.strictSame(
+      await api('PUT', `${S}/${segment}`, { topic: TOPIC }),
+      { status: 400, body: badResourceName('subscriptions', P, id) },
+      `create: ${why}`,
+    );
+    t.strictSame(
+      await api('POST', `${S}/${segment}:pull`, { maxMessages: 1 }),
+      { status: 400, body: badResourceName('subscriptions', P, id) },
+      `pull: ${why}`,
+    );
   }
   t.strictSame(
     await api('GET', `${T}/sp-topic/subscriptions`),
@@ -71,8 +90,16 @@ t.test('defaults and stored fields on create', async (t) => {
   await api('PUT', `${T}/sp-retained`, { messageRetentionDuration: '86400s' });
   const accepted: [string, Record<string, unknown>, Record<string, unknown>][] = [
     ['only a topic: every default', {}, {}],
-    ['exactly-once: deadline 60', { enableExactlyOnceDelivery: true }, { ackDeadlineSeconds: 60, enableExactlyOnceDelivery: true }],
-    ['exactly-once with an explicit deadline', { enableExactlyOnceDelivery: true, ackDeadlineSeconds: 20 }, { ackDeadlineSeconds: 20, enableExactlyOnceDelivery: true }],
+    [
+      'exactly-once: deadline 60',
+      { enableExactlyOnceDelivery: true },
+      { ackDeadlineSeconds: 60, enableExactlyOnceDelivery: true },
+    ],
+    [
+      'exactly-once with an explicit deadline',
+      { enableExactlyOnceDelivery: true, ackDeadlineSeconds: 20 },
+      { ackDeadlineSeconds: 20, enableExactlyOnceDelivery: true },
+    ],
     ['ackDeadlineSeconds 0 means the default', { ackDeadlineSeconds: 0 }, {}],
     ['ackDeadlineSeconds 10', { ackDeadlineSeconds: 10 }, {}],
     ['ackDeadlineSeconds 600', { ackDeadlineSeconds: 600 }, { ackDeadlineSeconds: 600 }],
@@ -92,7 +119,11 @@ t.test('defaults and stored fields on create', async (t) => {
     ['empty deadLetterPolicy is none', { deadLetterPolicy: {} }, {}],
     ['output-only fields are tolerated', { state: 'ACTIVE', topicMessageRetentionDuration: '1s' }, {}],
     ['name in the body equal to the URL', { name: `projects/${P}/subscriptions/{id}` }, {}],
-    ['snake_case fields', { ack_deadline_seconds: 45, message_retention_duration: '7200s', expiration_policy: { ttl: '172800s' } }, { ackDeadlineSeconds: 45, messageRetentionDuration: '7200s', expirationPolicy: { ttl: '172800s' } }],
+    [
+      'snake_case fields',
+      { ack_deadline_seconds: 45, message_retention_duration: '7200s', expiration_policy: { ttl: '172800s' } },
+      { ackDeadlineSeconds: 45, messageRetentionDuration: '7200s', expirationPolicy: { ttl: '172800s' } },
+    ],
   ];
   let n = 0;
   for (const [why, fields, expected] of accepted) {
@@ -103,37 +134,110 @@ t.test('defaults and stored fields on create', async (t) => {
   }
   t.strictSame(
     await api('PUT', `${S}/c-retained`, { topic: `projects/${P}/topics/sp-retained` }),
-    { status: 200, body: subscriptionBody(P, 'c-retained', `projects/${P}/topics/sp-retained`, { topicMessageRetentionDuration: '86400s' }) },
+    {
+      status: 200,
+      body: subscriptionBody(P, 'c-retained', `projects/${P}/topics/sp-retained`, {
+        topicMessageRetentionDuration: '86400s',
+      }),
+    },
     'topicMessageRetentionDuration copied from the topic',
   );
   t.strictSame(
-    await api('PATCH', `${T}/sp-retained`, { topic: { messageRetentionDuration: '43200s' }, updateMask: 'messageRetentionDuration' }),
+    await api('PATCH', `${T}/sp-retained`, {
+      topic: { messageRetentionDuration: '43200s' },
+      updateMask: 'messageRetentionDuration',
+    }),
     { status: 200, body: topicBody(P, 'sp-retained', { messageRetentionDuration: '43200s' }) },
     'change the topic retention',
   );
   t.strictSame(
     await api('GET', `${S}/c-retained`),
-    { status: 200, body: subscriptionBody(P, 'c-retained', `projects/${P}/topics/sp-retained`, { topicMessageRetentionDuration: '43200s' }) },
+    {
+      status: 200,
+      body: subscriptionBody(P, 'c-retained', `projects/${P}/topics/sp-retained`, {
+        topicMessageRetentionDuration: '43200s',
+      }),
+    },
     'topicMessageRetentionDuration follows the topic',
   );
 
   const created = await api('GET', `${T}/sp-topic/subscriptions`);
   const rejected: [string, unknown, number, unknown][] = [
-    ['ackDeadlineSeconds 9', { topic: TOPIC, ackDeadlineSeconds: 9 }, 400, invalid('Invalid ackDeadlineSeconds: 9. It must be between 10 and 600 seconds.')],
-    ['ackDeadlineSeconds 601', { topic: TOPIC, ackDeadlineSeconds: 601 }, 400, invalid('Invalid ackDeadlineSeconds: 601. It must be between 10 and 600 seconds.')],
-    ['ackDeadlineSeconds -1', { topic: TOPIC, ackDeadlineSeconds: -1 }, 400, invalid('Invalid ackDeadlineSeconds: -1. It must be between 10 and 600 seconds.')],
-    ['ackDeadlineSeconds 10.5', { topic: TOPIC, ackDeadlineSeconds: 10.5 }, 400, invalidValue('ackDeadlineSeconds', 'expected an integer')],
-    ['ackDeadlineSeconds "ten"', { topic: TOPIC, ackDeadlineSeconds: 'ten' }, 400, invalidValue('ackDeadlineSeconds', 'Invalid input: expected number, received string')],
-    ['retention 599s', { topic: TOPIC, messageRetentionDuration: '599s' }, 400, invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.')],
-    ['retention 2678401s', { topic: TOPIC, messageRetentionDuration: '2678401s' }, 400, invalid('Invalid messageRetentionDuration: 2678401s is outside the allowed range 600s to 2678400s.')],
-    ['retention "7d"', { topic: TOPIC, messageRetentionDuration: '7d' }, 400, invalidValue('messageRetentionDuration', 'expected a duration such as "600s"')],
-    ['expiration ttl below 1 day', { topic: TOPIC, expirationPolicy: { ttl: '86399s' } }, 400, invalid('Invalid expirationPolicy.ttl: 86399s is outside the allowed range 86400s to 31536000s.')],
-    ['unknown expirationPolicy field', { topic: TOPIC, expirationPolicy: { ttl: '86400s', bogus: 1 } }, 400, unknownField('bogus', 'expirationPolicy')],
+    [
+      'ackDeadlineSeconds 9',
+      { topic: TOPIC, ackDeadlineSeconds: 9 },
+      400,
+      invalid('Invalid ackDeadlineSeconds: 9. It must be between 10 and 600 seconds.'),
+    ],
+    [
+      'ackDeadlineSeconds 601',
+      { topic: TOPIC, ackDeadlineSeconds: 601 },
+      400,
+      invalid('Invalid ackDeadlineSeconds: 601. It must be between 10 and 600 seconds.'),
+    ],
+    [
+      'ackDeadlineSeconds -1',
+      { topic: TOPIC, ackDeadlineSeconds: -1 },
+      400,
+      invalid('Invalid ackDeadlineSeconds: -1. It must be between 10 and 600 seconds.'),
+    ],
+    [
+      'ackDeadlineSeconds 10.5',
+      { topic: TOPIC, ackDeadlineSeconds: 10.5 },
+      400,
+      invalidValue('ackDeadlineSeconds', 'expected an integer'),
+    ],
+    [
+      'ackDeadlineSeconds "ten"',
+      { topic: TOPIC, ackDeadlineSeconds: 'ten' },
+      400,
+      invalidValue('ackDeadlineSeconds', 'Invalid input: expected number, received string'),
+    ],
+    [
+      'retention 599s',
+      { topic: TOPIC, messageRetentionDuration: '599s' },
+      400,
+      invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.'),
+    ],
+    [
+      'retention 2678401s',
+      { topic: TOPIC, messageRetentionDuration: '2678401s' },
+      400,
+      invalid('Invalid messageRetentionDuration: 2678401s is outside the allowed range 600s to 2678400s.'),
+    ],
+    [
+      'retention "7d"',
+      { topic: TOPIC, messageRetentionDuration: '7d' },
+      400,
+      invalidValue('messageRetentionDuration', 'expected a duration such as "600s"'),
+    ],
+    [
+      'expiration ttl below 1 day',
+      { topic: TOPIC, expirationPolicy: { ttl: '86399s' } },
+      400,
+      invalid('Invalid expirationPolicy.ttl: 86399s is outside the allowed range 86400s to 31536000s.'),
+    ],
+    [
+      'unknown expirationPolicy field',
+      { topic: TOPIC, expirationPolicy: { ttl: '86400s', bogus: 1 } },
+      400,
+      unknownField('bogus', 'expirationPolicy'),
+    ],
     ['no topic', {}, 400, invalid('The subscription needs a topic (field "topic").')],
     ['empty topic', { topic: '' }, 400, invalid('The subscription needs a topic (field "topic").')],
     ['topic not a name', { topic: 'sp-topic' }, 400, invalid('Invalid [topics] name: (name=sp-topic).')],
-    ['topic names a subscription', { topic: `projects/${P}/subscriptions/c-00` }, 400, invalid(`Invalid [topics] name: (name=projects/${P}/subscriptions/c-00).`)],
-    ['topic is the deleted-topic sentinel', { topic: '_deleted-topic_' }, 400, invalid('Invalid [topics] name: (name=_deleted-topic_).')],
+    [
+      'topic names a subscription',
+      { topic: `projects/${P}/subscriptions/c-00` },
+      400,
+      invalid(`Invalid [topics] name: (name=projects/${P}/subscriptions/c-00).`),
+    ],
+    [
+      'topic is the deleted-topic sentinel',
+      { topic: '_deleted-topic_' },
+      400,
+      invalid('Invalid [topics] name: (name=_deleted-topic_).'),
+    ],
     ['topic with an invalid ID', { topic: `projects/${P}/topics/ab` }, 400, badResourceName('topics', P, 'ab')],
     ['unknown topic', { topic: `projects/${P}/topics/absent` }, 404, notFound('absent')],
     ['unknown topic in another project', { topic: 'projects/elsewhere/topics/absent' }, 404, notFound('absent')],
@@ -141,27 +245,71 @@ t.test('defaults and stored fields on create', async (t) => {
       'name in the body differs',
       { topic: TOPIC, name: `projects/${P}/subscriptions/other` },
       400,
-      invalid(`The name in the body (projects/${P}/subscriptions/other) does not match the name in the URL (projects/${P}/subscriptions/rejected).`),
+      invalid(
+        `The name in the body (projects/${P}/subscriptions/other) does not match the name in the URL (projects/${P}/subscriptions/rejected).`,
+      ),
     ],
     ['unknown field', { topic: TOPIC, bogus: 1 }, 400, unknownField('bogus')],
-    ['pushConfig.pushEndpoint', { topic: TOPIC, pushConfig: { pushEndpoint: 'https://example.com/push' } }, 501, unimplemented('pushConfig')],
-    ['pushConfig attributes only', { topic: TOPIC, pushConfig: { attributes: { 'x-goog-version': 'v1' } } }, 501, unimplemented('pushConfig')],
+    [
+      'pushConfig.pushEndpoint',
+      { topic: TOPIC, pushConfig: { pushEndpoint: 'https://example.com/push' } },
+      501,
+      unimplemented('pushConfig'),
+    ],
+    [
+      'pushConfig attributes only',
+      { topic: TOPIC, pushConfig: { attributes: { 'x-goog-version': 'v1' } } },
+      501,
+      unimplemented('pushConfig'),
+    ],
     ['filter', { topic: TOPIC, filter: 'attributes.kind = "a"' }, 501, unimplemented('filter')],
-    ['deadLetterPolicy', { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: TOPIC, maxDeliveryAttempts: 5 } }, 501, unimplemented('deadLetterPolicy')],
-    ['retryPolicy', { topic: TOPIC, retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' } }, 501, unimplemented('retryPolicy')],
+    [
+      'deadLetterPolicy',
+      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: TOPIC, maxDeliveryAttempts: 5 } },
+      501,
+      unimplemented('deadLetterPolicy'),
+    ],
+    [
+      'retryPolicy',
+      { topic: TOPIC, retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' } },
+      501,
+      unimplemented('retryPolicy'),
+    ],
     ['bigqueryConfig', { topic: TOPIC, bigqueryConfig: { table: 'p.d.t' } }, 501, unimplemented('bigqueryConfig')],
-    ['cloudStorageConfig', { topic: TOPIC, cloudStorageConfig: { bucket: 'b' } }, 501, unimplemented('cloudStorageConfig')],
+    [
+      'cloudStorageConfig',
+      { topic: TOPIC, cloudStorageConfig: { bucket: 'b' } },
+      501,
+      unimplemented('cloudStorageConfig'),
+    ],
     ['detached true', { topic: TOPIC, detached: true }, 501, unimplemented('detached')],
-    ['messageTransforms', { topic: TOPIC, messageTransforms: [{ javascriptUdf: {} }] }, 501, unimplemented('messageTransforms')],
+    [
+      'messageTransforms',
+      { topic: TOPIC, messageTransforms: [{ javascriptUdf: {} }] },
+      501,
+      unimplemented('messageTransforms'),
+    ],
   ];
   for (const [why, body, status, expected] of rejected) {
     t.strictSame(await api('PUT', `${S}/rejected`, body), { status, body: expected }, `${why}: ${status}`);
-    t.strictSame(await api('GET', `${S}/rejected`), { status: 404, body: notFound('rejected') }, `  after "${why}": not created`);
+    t.strictSame(
+      await api('GET', `${S}/rejected`),
+      { status: 404, body: notFound('rejected') },
+      `  after "${why}": not created`,
+    );
   }
   t.strictSame(await api('GET', `${T}/sp-topic/subscriptions`), created, 'the topic gained no subscription');
 
-  t.strictSame(await api('PUT', `${S}/c-00`, { topic: TOPIC, ackDeadlineSeconds: 99, labels: { x: 'y' } }), { status: 409, body: alreadyExists('c-00') }, 'duplicate -> 409');
-  t.strictSame(await api('PUT', `${S}/c-00`, { topic: `projects/${P}/topics/absent` }), { status: 409, body: alreadyExists('c-00') }, 'duplicate on a missing topic -> 409');
+  t.strictSame(
+    await api('PUT', `${S}/c-00`, { topic: TOPIC, ackDeadlineSeconds: 99, labels: { x: 'y' } }),
+    { status: 409, body: alreadyExists('c-00') },
+    'duplicate -> 409',
+  );
+  t.strictSame(
+    await api('PUT', `${S}/c-00`, { topic: `projects/${P}/topics/absent` }),
+    { status: 409, body: alreadyExists('c-00') },
+    'duplicate on a missing topic -> 409',
+  );
   t.strictSame(await api('GET', `${S}/c-00`), { status: 200, body: sub('c-00') }, '  the original is unchanged');
 });
 
@@ -171,29 +319,87 @@ t.test('PATCH subscription', async (t) => {
   await api('PUT', `${T}/sp-other`, {});
   const url = `${S}/patched`;
   let current: Record<string, unknown> = { enableMessageOrdering: true, labels: { a: '1' } };
-  t.strictSame(await api('PUT', url, { topic: TOPIC, ...current }), { status: 200, body: sub('patched', current) }, 'fixture');
+  t.strictSame(
+    await api('PUT', url, { topic: TOPIC, ...current }),
+    { status: 200, body: sub('patched', current) },
+    'fixture',
+  );
 
   const accepted: [string, unknown, Record<string, unknown>][] = [
-    ['ackDeadlineSeconds (camelCase path)', { subscription: { ackDeadlineSeconds: 30, labels: { ignored: 'x' } }, updateMask: 'ackDeadlineSeconds' }, { ackDeadlineSeconds: 30 }],
-    ['ack_deadline_seconds (snake_case path)', { subscription: { ackDeadlineSeconds: 45 }, updateMask: 'ack_deadline_seconds' }, { ackDeadlineSeconds: 45 }],
-    ['ackDeadlineSeconds absent: back to the default', { subscription: {}, updateMask: 'ackDeadlineSeconds' }, { ackDeadlineSeconds: 10 }],
+    [
+      'ackDeadlineSeconds (camelCase path)',
+      { subscription: { ackDeadlineSeconds: 30, labels: { ignored: 'x' } }, updateMask: 'ackDeadlineSeconds' },
+      { ackDeadlineSeconds: 30 },
+    ],
+    [
+      'ack_deadline_seconds (snake_case path)',
+      { subscription: { ackDeadlineSeconds: 45 }, updateMask: 'ack_deadline_seconds' },
+      { ackDeadlineSeconds: 45 },
+    ],
+    [
+      'ackDeadlineSeconds absent: back to the default',
+      { subscription: {}, updateMask: 'ackDeadlineSeconds' },
+      { ackDeadlineSeconds: 10 },
+    ],
     ['labels', { subscription: { labels: { b: '2', c: '3' } }, updateMask: 'labels' }, { labels: { b: '2', c: '3' } }],
     ['labels absent: cleared', { subscription: {}, updateMask: 'labels' }, { labels: undefined }],
-    ['labels back, snake_case body', { subscription: { labels: { d: '4' } }, update_mask: 'labels' }, { labels: { d: '4' } }],
-    ['messageRetentionDuration', { subscription: { messageRetentionDuration: '3600s' }, updateMask: 'messageRetentionDuration' }, { messageRetentionDuration: '3600s' }],
-    ['retainAckedMessages on', { subscription: { retainAckedMessages: true }, updateMask: 'retainAckedMessages' }, { retainAckedMessages: true }],
-    ['retainAckedMessages off', { subscription: { retainAckedMessages: false }, updateMask: 'retain_acked_messages' }, { retainAckedMessages: undefined }],
-    ['expirationPolicy {}: never expires', { subscription: { expirationPolicy: {} }, updateMask: 'expirationPolicy' }, { expirationPolicy: {} }],
-    ['expirationPolicy ttl', { subscription: { expirationPolicy: { ttl: '604800s' } }, updateMask: 'expirationPolicy' }, { expirationPolicy: { ttl: '604800s' } }],
-    ['expirationPolicy absent: default', { subscription: {}, updateMask: 'expirationPolicy' }, { expirationPolicy: { ttl: '2678400s' } }],
-    ['enableExactlyOnceDelivery', { subscription: { enableExactlyOnceDelivery: true }, updateMask: 'enableExactlyOnceDelivery' }, { enableExactlyOnceDelivery: true }],
+    [
+      'labels back, snake_case body',
+      { subscription: { labels: { d: '4' } }, update_mask: 'labels' },
+      { labels: { d: '4' } },
+    ],
+    [
+      'messageRetentionDuration',
+      { subscription: { messageRetentionDuration: '3600s' }, updateMask: 'messageRetentionDuration' },
+      { messageRetentionDuration: '3600s' },
+    ],
+    [
+      'retainAckedMessages on',
+      { subscription: { retainAckedMessages: true }, updateMask: 'retainAckedMessages' },
+      { retainAckedMessages: true },
+    ],
+    [
+      'retainAckedMessages off',
+      { subscription: { retainAckedMessages: false }, updateMask: 'retain_acked_messages' },
+      { retainAckedMessages: undefined },
+    ],
+    [
+      'expirationPolicy {}: never expires',
+      { subscription: { expirationPolicy: {} }, updateMask: 'expirationPolicy' },
+      { expirationPolicy: {} },
+    ],
+    [
+      'expirationPolicy ttl',
+      { subscription: { expirationPolicy: { ttl: '604800s' } }, updateMask: 'expirationPolicy' },
+      { expirationPolicy: { ttl: '604800s' } },
+    ],
+    [
+      'expirationPolicy absent: default',
+      { subscription: {}, updateMask: 'expirationPolicy' },
+      { expirationPolicy: { ttl: '2678400s' } },
+    ],
+    [
+      'enableExactlyOnceDelivery',
+      { subscription: { enableExactlyOnceDelivery: true }, updateMask: 'enableExactlyOnceDelivery' },
+      { enableExactlyOnceDelivery: true },
+    ],
     ['pushConfig {} keeps pull', { subscription: { pushConfig: {} }, updateMask: 'pushConfig' }, {}],
     [
       'several paths at once; topic in the body is ignored',
-      { subscription: { topic: `projects/${P}/topics/sp-other`, ackDeadlineSeconds: 120, labels: { e: '5' } }, updateMask: 'ackDeadlineSeconds,labels' },
+      {
+        subscription: { topic: `projects/${P}/topics/sp-other`, ackDeadlineSeconds: 120, labels: { e: '5' } },
+        updateMask: 'ackDeadlineSeconds,labels',
+      },
       { ackDeadlineSeconds: 120, labels: { e: '5' } },
     ],
-    ['name in the body equal to the URL', { subscription: { name: `projects/${P}/subscriptions/patched`, ackDeadlineSeconds: 60 }, updateMask: 'ackDeadlineSeconds' }, { ackDeadlineSeconds: 60 }],
+    [
+      'name in the body equal to the URL',
+      {
+        subscription: { name: `projects/${P}/subscriptions/patched`, ackDeadlineSeconds: 60 },
+        updateMask: 'ackDeadlineSeconds',
+      },
+      { ackDeadlineSeconds: 60 },
+    ],
   ];
   for (const [why, body, change] of accepted) {
     current = Object.fromEntries(Object.entries({ ...current, ...change }).filter(([, value]) => value !== undefined));
@@ -203,34 +409,129 @@ t.test('PATCH subscription', async (t) => {
 
   const unchanged = sub('patched', current);
   const rejected: [string, unknown, number, unknown][] = [
-    ['enableMessageOrdering is immutable', { subscription: { enableMessageOrdering: false }, updateMask: 'enableMessageOrdering' }, 400, notMutable('enableMessageOrdering')],
-    ['enable_message_ordering is immutable', { subscription: { enableMessageOrdering: false }, updateMask: 'enable_message_ordering' }, 400, notMutable('enableMessageOrdering')],
-    ['topic is immutable', { subscription: { topic: `projects/${P}/topics/sp-other` }, updateMask: 'topic' }, 400, notMutable('topic')],
-    ['name is immutable', { subscription: { name: `projects/${P}/subscriptions/patched` }, updateMask: 'name' }, 400, notMutable('name')],
+    [
+      'enableMessageOrdering is immutable',
+      { subscription: { enableMessageOrdering: false }, updateMask: 'enableMessageOrdering' },
+      400,
+      notMutable('enableMessageOrdering'),
+    ],
+    [
+      'enable_message_ordering is immutable',
+      { subscription: { enableMessageOrdering: false }, updateMask: 'enable_message_ordering' },
+      400,
+      notMutable('enableMessageOrdering'),
+    ],
+    [
+      'topic is immutable',
+      { subscription: { topic: `projects/${P}/topics/sp-other` }, updateMask: 'topic' },
+      400,
+      notMutable('topic'),
+    ],
+    [
+      'name is immutable',
+      { subscription: { name: `projects/${P}/subscriptions/patched` }, updateMask: 'name' },
+      400,
+      notMutable('name'),
+    ],
     ['filter is immutable', { subscription: { filter: '' }, updateMask: 'filter' }, 400, notMutable('filter')],
-    ['labels with an immutable path', { subscription: { labels: { z: '9' }, enableMessageOrdering: false }, updateMask: 'labels,enableMessageOrdering' }, 400, notMutable('enableMessageOrdering')],
+    [
+      'labels with an immutable path',
+      {
+        subscription: { labels: { z: '9' }, enableMessageOrdering: false },
+        updateMask: 'labels,enableMessageOrdering',
+      },
+      400,
+      notMutable('enableMessageOrdering'),
+    ],
     ['unknown path', { subscription: { labels: { z: '9' } }, updateMask: 'bogus' }, 400, unknownPath('bogus')],
-    ['labels with an unknown path', { subscription: { labels: { z: '9' } }, updateMask: 'labels,bogus' }, 400, unknownPath('bogus')],
+    [
+      'labels with an unknown path',
+      { subscription: { labels: { z: '9' } }, updateMask: 'labels,bogus' },
+      400,
+      unknownPath('bogus'),
+    ],
     ['output-only path', { subscription: { state: 'ACTIVE' }, updateMask: 'state' }, 400, unknownPath('state')],
-    ['empty updateMask', { subscription: { labels: { z: '9' } }, updateMask: '' }, 400, invalid('The UpdateSubscriptionRequest must have a non-empty update_mask.')],
-    ['missing updateMask', { subscription: { labels: { z: '9' } } }, 400, invalid('The UpdateSubscriptionRequest must have a non-empty update_mask.')],
-    ['deadLetterPolicy path', { subscription: { deadLetterPolicy: { deadLetterTopic: TOPIC } }, updateMask: 'deadLetterPolicy' }, 501, unimplemented('deadLetterPolicy')],
-    ['retryPolicy path', { subscription: { retryPolicy: { minimumBackoff: '10s' } }, updateMask: 'retryPolicy' }, 501, unimplemented('retryPolicy')],
+    [
+      'empty updateMask',
+      { subscription: { labels: { z: '9' } }, updateMask: '' },
+      400,
+      invalid('The UpdateSubscriptionRequest must have a non-empty update_mask.'),
+    ],
+    [
+      'missing updateMask',
+      { subscription: { labels: { z: '9' } } },
+      400,
+      invalid('The UpdateSubscriptionRequest must have a non-empty update_mask.'),
+    ],
+    [
+      'deadLetterPolicy path',
+      { subscription: { deadLetterPolicy: { deadLetterTopic: TOPIC } }, updateMask: 'deadLetterPolicy' },
+      501,
+      unimplemented('deadLetterPolicy'),
+    ],
+    [
+      'retryPolicy path',
+      { subscription: { retryPolicy: { minimumBackoff: '10s' } }, updateMask: 'retryPolicy' },
+      501,
+      unimplemented('retryPolicy'),
+    ],
     ['bigqueryConfig path', { subscription: {}, updateMask: 'bigqueryConfig' }, 501, unimplemented('bigqueryConfig')],
-    ['pushConfig with an endpoint', { subscription: { pushConfig: { pushEndpoint: 'https://example.com/push' } }, updateMask: 'pushConfig' }, 501, unimplemented('pushConfig')],
-    ['ackDeadlineSeconds 9', { subscription: { ackDeadlineSeconds: 9 }, updateMask: 'ackDeadlineSeconds' }, 400, invalid('Invalid ackDeadlineSeconds: 9. It must be between 10 and 600 seconds.')],
-    ['ackDeadlineSeconds 601', { subscription: { ackDeadlineSeconds: 601 }, updateMask: 'ackDeadlineSeconds' }, 400, invalid('Invalid ackDeadlineSeconds: 601. It must be between 10 and 600 seconds.')],
-    ['retention 599s', { subscription: { messageRetentionDuration: '599s' }, updateMask: 'messageRetentionDuration' }, 400, invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.')],
-    ['retention 2678401s', { subscription: { messageRetentionDuration: '2678401s' }, updateMask: 'messageRetentionDuration' }, 400, invalid('Invalid messageRetentionDuration: 2678401s is outside the allowed range 600s to 2678400s.')],
-    ['expiration ttl 1 s', { subscription: { expirationPolicy: { ttl: '1s' } }, updateMask: 'expirationPolicy' }, 400, invalid('Invalid expirationPolicy.ttl: 1s is outside the allowed range 86400s to 31536000s.')],
-    ['no subscription', { updateMask: 'labels' }, 400, invalidValue('subscription', 'Invalid input: expected object, received undefined')],
-    ['unknown field in subscription', { subscription: { bogus: 1 }, updateMask: 'labels' }, 400, unknownField('bogus', 'subscription')],
+    [
+      'pushConfig with an endpoint',
+      { subscription: { pushConfig: { pushEndpoint: 'https://example.com/push' } }, updateMask: 'pushConfig' },
+      501,
+      unimplemented('pushConfig'),
+    ],
+    [
+      'ackDeadlineSeconds 9',
+      { subscription: { ackDeadlineSeconds: 9 }, updateMask: 'ackDeadlineSeconds' },
+      400,
+      invalid('Invalid ackDeadlineSeconds: 9. It must be between 10 and 600 seconds.'),
+    ],
+    [
+      'ackDeadlineSeconds 601',
+      { subscription: { ackDeadlineSeconds: 601 }, updateMask: 'ackDeadlineSeconds' },
+      400,
+      invalid('Invalid ackDeadlineSeconds: 601. It must be between 10 and 600 seconds.'),
+    ],
+    [
+      'retention 599s',
+      { subscription: { messageRetentionDuration: '599s' }, updateMask: 'messageRetentionDuration' },
+      400,
+      invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.'),
+    ],
+    [
+      'retention 2678401s',
+      { subscription: { messageRetentionDuration: '2678401s' }, updateMask: 'messageRetentionDuration' },
+      400,
+      invalid('Invalid messageRetentionDuration: 2678401s is outside the allowed range 600s to 2678400s.'),
+    ],
+    [
+      'expiration ttl 1 s',
+      { subscription: { expirationPolicy: { ttl: '1s' } }, updateMask: 'expirationPolicy' },
+      400,
+      invalid('Invalid expirationPolicy.ttl: 1s is outside the allowed range 86400s to 31536000s.'),
+    ],
+    [
+      'no subscription',
+      { updateMask: 'labels' },
+      400,
+      invalidValue('subscription', 'Invalid input: expected object, received undefined'),
+    ],
+    [
+      'unknown field in subscription',
+      { subscription: { bogus: 1 }, updateMask: 'labels' },
+      400,
+      unknownField('bogus', 'subscription'),
+    ],
     ['unknown top-level field', { subscription: {}, updateMask: 'labels', extra: true }, 400, unknownField('extra')],
     [
       'name in the body differs',
       { subscription: { name: `projects/${P}/subscriptions/other`, labels: { z: '9' } }, updateMask: 'labels' },
       400,
-      invalid(`The name in the body (projects/${P}/subscriptions/other) does not match the name in the URL (projects/${P}/subscriptions/patched).`),
+      invalid(
+        `The name in the body (projects/${P}/subscriptions/other) does not match the name in the URL (projects/${P}/subscriptions/patched).`,
+      ),
     ],
   ];
   for (const [why, body, status, expected] of rejected) {
@@ -252,54 +553,121 @@ t.test('ListSubscriptions pagination', async (t) => {
   for (const id of [...ids].reverse()) await api('PUT', `${S}/${id}`, { topic: TOPIC, labels: { id } });
   await api('PUT', `/v1/projects/${P}x/subscriptions/l-z`, { topic: TOPIC });
   const page = (...names: string[]) => names.map((id) => sub(id, { labels: { id } }));
-  t.strictSame(await api('GET', S), { status: 200, body: { subscriptions: page(...ids) } }, 'full objects, sorted by name');
+  t.strictSame(
+    await api('GET', S),
+    { status: 200, body: { subscriptions: page(...ids) } },
+    'full objects, sorted by name',
+  );
   const first = await api('GET', `${S}?pageSize=3`);
   const token = first.body.nextPageToken;
   t.type(token, 'string');
-  t.strictSame(first, { status: 200, body: { subscriptions: page('l-a', 'l-b', 'l-c'), nextPageToken: token } }, 'page 1');
-  t.strictSame(await api('GET', `${S}?pageSize=3&pageToken=${encodeURIComponent(token)}`), { status: 200, body: { subscriptions: page('l-d') } }, 'page 2, last');
+  t.strictSame(
+    first,
+    { status: 200, body: { subscriptions: page('l-a', 'l-b', 'l-c'), nextPageToken: token } },
+    'page 1',
+  );
+  t.strictSame(
+    await api('GET', `${S}?pageSize=3&pageToken=${encodeURIComponent(token)}`),
+    { status: 200, body: { subscriptions: page('l-d') } },
+    'page 2, last',
+  );
   t.strictSame(
     await api('GET', `/v1/projects/${P}x/subscriptions`),
     { status: 200, body: { subscriptions: [subscriptionBody(`${P}x`, 'l-z', TOPIC)] } },
     'the other project lists its own',
   );
-  t.strictSame(await api('GET', `${S}?pageToken=${encodeURIComponent(Buffer.from(`projects/${P}/topics/sp-topic`).toString('base64url'))}`), { status: 400, body: invalid('Invalid pageToken.') }, 'a ListTopics token -> 400');
-  t.strictSame(await api('GET', `${S}?pageSize=two`), { status: 400, body: invalid('Invalid pageSize: "two" is not a non-negative integer.') }, 'pageSize=two -> 400');
+  t.strictSame(
+    await api(
+      'GET',
+      `${S}?pageToken=${encodeURIComponent(Buffer.from(`projects/${P}/topics/sp-topic`).toString('base64url'))}`,
+    ),
+    { status: 400, body: invalid('Invalid pageToken.') },
+    'a ListTopics token -> 400',
+  );
+  t.strictSame(
+    await api('GET', `${S}?pageSize=two`),
+    { status: 400, body: invalid('Invalid pageSize: "two" is not a non-negative integer.') },
+    'pageSize=two -> 400',
+  );
 });
 
 for (const target of redisTargets()) {
   t.test(`a subscription outlives its topic (${target.name})`, async (t) => {
     const { api } = await openClient(t, target, `subs-deleted-${target.name}`);
-    t.strictSame(await api('PUT', `${T}/doomed`, { messageRetentionDuration: '3600s' }), { status: 200, body: topicBody(P, 'doomed', { messageRetentionDuration: '3600s' }) }, 'topic');
+    t.strictSame(
+      await api('PUT', `${T}/doomed`, { messageRetentionDuration: '3600s' }),
+      { status: 200, body: topicBody(P, 'doomed', { messageRetentionDuration: '3600s' }) },
+      'topic',
+    );
     const doomedTopic = `projects/${P}/topics/doomed`;
     t.strictSame(
       await api('PUT', `${S}/orphan`, { topic: doomedTopic, labels: { k: 'v' } }),
-      { status: 200, body: subscriptionBody(P, 'orphan', doomedTopic, { labels: { k: 'v' }, topicMessageRetentionDuration: '3600s' }) },
+      {
+        status: 200,
+        body: subscriptionBody(P, 'orphan', doomedTopic, {
+          labels: { k: 'v' },
+          topicMessageRetentionDuration: '3600s',
+        }),
+      },
       'subscription',
     );
-    checkMessageIds(await api('POST', `${T}/doomed:publish`, { messages: [{ data: b64('one') }, { data: b64('two'), attributes: { n: '2' } }] }), 2);
+    checkMessageIds(
+      await api('POST', `${T}/doomed:publish`, {
+        messages: [{ data: b64('one') }, { data: b64('two'), attributes: { n: '2' } }],
+      }),
+      2,
+    );
     t.strictSame(await api('DELETE', `${T}/doomed`), { status: 200, body: {} }, 'delete the topic');
 
     const orphan = subscriptionBody(P, 'orphan', '_deleted-topic_', { labels: { k: 'v' } });
     t.strictSame(await api('GET', `${S}/orphan`), { status: 200, body: orphan }, 'GET: topic reads _deleted-topic_');
     t.strictSame(await api('GET', S), { status: 200, body: { subscriptions: [orphan] } }, 'list: the same');
     t.strictSame(await api('GET', `${T}/doomed`), { status: 404, body: notFound('doomed') }, 'the topic is gone');
-    t.strictSame(await api('POST', `${T}/doomed:publish`, { messages: [{ data: b64('three') }] }), { status: 404, body: notFound('doomed') }, 'publishing to it -> 404');
+    t.strictSame(
+      await api('POST', `${T}/doomed:publish`, { messages: [{ data: b64('three') }] }),
+      { status: 404, body: notFound('doomed') },
+      'publishing to it -> 404',
+    );
 
     const pulled = await api('POST', `${S}/orphan:pull`, { maxMessages: 10, returnImmediately: true });
     const { body, ackIds } = normalisePull(pulled.body);
     t.strictSame(
       { status: pulled.status, body },
-      { status: 200, body: { receivedMessages: [received({ data: b64('one') }), received({ data: b64('two'), attributes: { n: '2' } })] } },
+      {
+        status: 200,
+        body: {
+          receivedMessages: [received({ data: b64('one') }), received({ data: b64('two'), attributes: { n: '2' } })],
+        },
+      },
       'the subscription still delivers what it held',
     );
-    t.strictSame(await api('POST', `${S}/orphan:modifyAckDeadline`, { ackIds: ackIds.slice(1), ackDeadlineSeconds: 0 }), { status: 200, body: {} }, 'nack the second');
-    t.strictSame(await api('POST', `${S}/orphan:acknowledge`, { ackIds: ackIds.slice(0, 1) }), { status: 200, body: {} }, 'ack the first');
+    t.strictSame(
+      await api('POST', `${S}/orphan:modifyAckDeadline`, { ackIds: ackIds.slice(1), ackDeadlineSeconds: 0 }),
+      { status: 200, body: {} },
+      'nack the second',
+    );
+    t.strictSame(
+      await api('POST', `${S}/orphan:acknowledge`, { ackIds: ackIds.slice(0, 1) }),
+      { status: 200, body: {} },
+      'ack the first',
+    );
     const again = await api('POST', `${S}/orphan:pull`, { maxMessages: 10, returnImmediately: true });
     const second = normalisePull(again.body);
-    t.strictSame({ status: again.status, body: second.body }, { status: 200, body: { receivedMessages: [received({ data: b64('two'), attributes: { n: '2' } })] } }, 'the nacked one comes back');
-    t.strictSame(await api('POST', `${S}/orphan:acknowledge`, { ackIds: second.ackIds }), { status: 200, body: {} }, 'ack it');
-    t.strictSame(await api('POST', `${S}/orphan:pull`, { maxMessages: 10, returnImmediately: true }), { status: 200, body: {} }, 'drained');
+    t.strictSame(
+      { status: again.status, body: second.body },
+      { status: 200, body: { receivedMessages: [received({ data: b64('two'), attributes: { n: '2' } })] } },
+      'the nacked one comes back',
+    );
+    t.strictSame(
+      await api('POST', `${S}/orphan:acknowledge`, { ackIds: second.ackIds }),
+      { status: 200, body: {} },
+      'ack it',
+    );
+    t.strictSame(
+      await api('POST', `${S}/orphan:pull`, { maxMessages: 10, returnImmediately: true }),
+      { status: 200, body: {} },
+      'drained',
+    );
 
     t.strictSame(
       await api('PATCH', `${S}/orphan`, { subscription: { ackDeadlineSeconds: 20 }, updateMask: 'ackDeadlineSeconds' }),
@@ -307,34 +675,88 @@ for (const target of redisTargets()) {
       'an orphan can still be updated',
     );
     // A new topic with the same name is unrelated.
-    t.strictSame(await api('PUT', `${T}/doomed`, {}), { status: 200, body: topicBody(P, 'doomed') }, 're-create the topic');
+    t.strictSame(
+      await api('PUT', `${T}/doomed`, {}),
+      { status: 200, body: topicBody(P, 'doomed') },
+      're-create the topic',
+    );
     checkMessageIds(await api('POST', `${T}/doomed:publish`, { messages: [{ data: b64('new') }] }), 1);
-    t.strictSame(await api('GET', `${S}/orphan`), { status: 200, body: { ...orphan, ackDeadlineSeconds: 20 } }, 'still _deleted-topic_');
-    t.strictSame(await api('POST', `${S}/orphan:pull`, { maxMessages: 10, returnImmediately: true }), { status: 200, body: {} }, 'the new topic does not feed the orphan');
-    t.strictSame(await api('GET', `${T}/doomed/subscriptions`), { status: 200, body: {} }, 'the new topic lists no subscriptions');
+    t.strictSame(
+      await api('GET', `${S}/orphan`),
+      { status: 200, body: { ...orphan, ackDeadlineSeconds: 20 } },
+      'still _deleted-topic_',
+    );
+    t.strictSame(
+      await api('POST', `${S}/orphan:pull`, { maxMessages: 10, returnImmediately: true }),
+      { status: 200, body: {} },
+      'the new topic does not feed the orphan',
+    );
+    t.strictSame(
+      await api('GET', `${T}/doomed/subscriptions`),
+      { status: 200, body: {} },
+      'the new topic lists no subscriptions',
+    );
     t.strictSame(await api('DELETE', `${S}/orphan`), { status: 200, body: {} }, 'delete the orphan');
     t.strictSame(await api('GET', `${S}/orphan`), { status: 404, body: notFound('orphan') }, 'gone');
-    t.strictSame(await api('POST', `${S}/orphan:pull`, { maxMessages: 1, returnImmediately: true }), { status: 404, body: notFound('orphan') }, 'pull -> 404');
+    t.strictSame(
+      await api('POST', `${S}/orphan:pull`, { maxMessages: 1, returnImmediately: true }),
+      { status: 404, body: notFound('orphan') },
+      'pull -> 404',
+    );
   });
 
   t.test(`a topic in another project (${target.name})`, async (t) => {
     const { api } = await openClient(t, target, `subs-cross-${target.name}`);
     const topic = 'projects/publisher-project/topics/shared';
-    t.strictSame(await api('PUT', '/v1/projects/publisher-project/topics/shared', {}), { status: 200, body: topicBody('publisher-project', 'shared') }, 'topic in project A');
+    t.strictSame(
+      await api('PUT', '/v1/projects/publisher-project/topics/shared', {}),
+      { status: 200, body: topicBody('publisher-project', 'shared') },
+      'topic in project A',
+    );
     t.strictSame(
       await api('PUT', '/v1/projects/consumer-project/subscriptions/reader', { topic }),
       { status: 200, body: subscriptionBody('consumer-project', 'reader', topic) },
       'subscription in project B',
     );
-    t.strictSame(await api('GET', '/v1/projects/publisher-project/topics/shared/subscriptions'), { status: 200, body: { subscriptions: ['projects/consumer-project/subscriptions/reader'] } }, 'listed on the topic');
-    t.strictSame(await api('GET', '/v1/projects/consumer-project/subscriptions'), { status: 200, body: { subscriptions: [subscriptionBody('consumer-project', 'reader', topic)] } }, 'listed in project B');
-    t.strictSame(await api('GET', '/v1/projects/publisher-project/subscriptions'), { status: 200, body: {} }, 'not listed in project A');
-    checkMessageIds(await api('POST', '/v1/projects/publisher-project/topics/shared:publish', { messages: [{ data: b64('cross') }] }), 1);
-    const pulled = await api('POST', '/v1/projects/consumer-project/subscriptions/reader:pull', { maxMessages: 5, returnImmediately: true });
+    t.strictSame(
+      await api('GET', '/v1/projects/publisher-project/topics/shared/subscriptions'),
+      { status: 200, body: { subscriptions: ['projects/consumer-project/subscriptions/reader'] } },
+      'listed on the topic',
+    );
+    t.strictSame(
+      await api('GET', '/v1/projects/consumer-project/subscriptions'),
+      { status: 200, body: { subscriptions: [subscriptionBody('consumer-project', 'reader', topic)] } },
+      'listed in project B',
+    );
+    t.strictSame(
+      await api('GET', '/v1/projects/publisher-project/subscriptions'),
+      { status: 200, body: {} },
+      'not listed in project A',
+    );
+    checkMessageIds(
+      await api('POST', '/v1/projects/publisher-project/topics/shared:publish', { messages: [{ data: b64('cross') }] }),
+      1,
+    );
+    const pulled = await api('POST', '/v1/projects/consumer-project/subscriptions/reader:pull', {
+      maxMessages: 5,
+      returnImmediately: true,
+    });
     const { body, ackIds } = normalisePull(pulled.body);
-    t.strictSame({ status: pulled.status, body }, { status: 200, body: { receivedMessages: [received({ data: b64('cross') })] } }, 'delivered across projects');
-    t.strictSame(await api('POST', '/v1/projects/consumer-project/subscriptions/reader:acknowledge', { ackIds }), { status: 200, body: {} }, 'ack');
-    t.strictSame(await api('POST', '/v1/projects/publisher-project/subscriptions/reader:acknowledge', { ackIds }), { status: 404, body: notFound('reader') }, 'the same ID in project A -> 404');
+    t.strictSame(
+      { status: pulled.status, body },
+      { status: 200, body: { receivedMessages: [received({ data: b64('cross') })] } },
+      'delivered across projects',
+    );
+    t.strictSame(
+      await api('POST', '/v1/projects/consumer-project/subscriptions/reader:acknowledge', { ackIds }),
+      { status: 200, body: {} },
+      'ack',
+    );
+    t.strictSame(
+      await api('POST', '/v1/projects/publisher-project/subscriptions/reader:acknowledge', { ackIds }),
+      { status: 404, body: notFound('reader') },
+      'the same ID in project A -> 404',
+    );
   });
 }
 

@@ -26,10 +26,10 @@ const T = `/v1/projects/${P}/topics`;
 const NAME_RULES_OK: [string, string][] = [
   // [URL segment, decoded ID]
   ['abc', 'abc'],
-  ['a' + 'b'.repeat(254), 'a' + 'b'.repeat(254)],
+  [`a${'b'.repeat(254)}`, `a${'b'.repeat(254)}`],
   ['A12', 'A12'],
   ['a.b~c+d%25e_f-g', 'a.b~c+d%e_f-g'],
-  ['x' + '%25'.repeat(254), 'x' + '%'.repeat(254)],
+  [`x${'%25'.repeat(254)}`, `x${'%'.repeat(254)}`],
   ['a+b', 'a+b'],
   ['Goog-upper', 'Goog-upper'],
   ['go0g', 'go0g'],
@@ -41,7 +41,7 @@ const NAME_RULES_BAD: [string, string, string][] = [
   // [why, URL segment, decoded ID]
   ['2 characters', 'ab', 'ab'],
   ['1 character', 'a', 'a'],
-  ['256 characters', 'a' + 'b'.repeat(255), 'a' + 'b'.repeat(255)],
+  ['256 characters', `a${'b'.repeat(255)}`, `a${'b'.repeat(255)}`],
   ['starts with a digit', '1abc', '1abc'],
   ['starts with a dash', '-abc', '-abc'],
   ['starts with an underscore', '_abc', '_abc'],
@@ -70,12 +70,27 @@ t.test('topic names', async (t) => {
   const listed = await api('GET', `${T}?pageSize=1000`);
   t.strictSame(
     listed,
-    { status: 200, body: { topics: NAME_RULES_OK.map(([, id]) => `projects/${P}/topics/${id}`).sort().map((name) => ({ name, state: 'ACTIVE' })) } },
+    {
+      status: 200,
+      body: {
+        topics: NAME_RULES_OK.map(([, id]) => `projects/${P}/topics/${id}`)
+          .sort()
+          .map((name) => ({ name, state: 'ACTIVE' })),
+      },
+    },
     'all valid names are listed, sorted',
   );
   for (const [why, segment, id] of NAME_RULES_BAD) {
-    t.strictSame(await api('PUT', `${T}/${segment}`, {}), { status: 400, body: badResourceName('topics', P, id) }, `create: ${why}`);
-    t.strictSame(await api('GET', `${T}/${segment}`), { status: 400, body: badResourceName('topics', P, id) }, `get: ${why}`);
+    t.strictSame(
+      await api('PUT', `${T}/${segment}`, {}),
+      { status: 400, body: badResourceName('topics', P, id) },
+      `create: ${why}`,
+    );
+    t.strictSame(
+      await api('GET', `${T}/${segment}`),
+      { status: 400, body: badResourceName('topics', P, id) },
+      `get: ${why}`,
+    );
     t.strictSame(
       await api('POST', `${T}/${segment}:publish`, { messages: [{ data: 'eA==' }] }),
       { status: 400, body: badResourceName('topics', P, id) },
@@ -84,7 +99,11 @@ t.test('topic names', async (t) => {
   }
   t.strictSame(await api('GET', `${T}?pageSize=1000`), listed, 'rejected names created nothing');
   t.strictSame(await api('DELETE', `${T}/a.b~c+d%25e_f-g`), { status: 200, body: {} }, 'delete the punctuated name');
-  t.strictSame(await api('GET', `${T}/a.b~c+d%25e_f-g`), { status: 404, body: notFound('a.b~c+d%e_f-g') }, 'gone (404 names the decoded ID)');
+  t.strictSame(
+    await api('GET', `${T}/a.b~c+d%25e_f-g`),
+    { status: 404, body: notFound('a.b~c+d%e_f-g') },
+    'gone (404 names the decoded ID)',
+  );
 });
 
 t.test('topic fields on create', async (t) => {
@@ -95,17 +114,37 @@ t.test('topic fields on create', async (t) => {
     messageStoragePolicy: { allowedPersistenceRegions: ['europe-west1', 'us-east1'], enforceInTransit: true },
   };
   await runRows(t, api, [
-    { name: 'all stored fields', method: 'PUT', url: `${T}/full`, body: full, status: 200, expected: topicBody(P, 'full', full) },
+    {
+      name: 'all stored fields',
+      method: 'PUT',
+      url: `${T}/full`,
+      body: full,
+      status: 200,
+      expected: topicBody(P, 'full', full),
+    },
     { name: 'read back', method: 'GET', url: `${T}/full`, status: 200, expected: topicBody(P, 'full', full) },
     {
       name: 'snake_case fields',
       method: 'PUT',
       url: `${T}/snake`,
-      body: { message_retention_duration: '600s', message_storage_policy: { allowed_persistence_regions: ['asia-east1'] } },
+      body: {
+        message_retention_duration: '600s',
+        message_storage_policy: { allowed_persistence_regions: ['asia-east1'] },
+      },
       status: 200,
-      expected: topicBody(P, 'snake', { messageRetentionDuration: '600s', messageStoragePolicy: { allowedPersistenceRegions: ['asia-east1'] } }),
+      expected: topicBody(P, 'snake', {
+        messageRetentionDuration: '600s',
+        messageStoragePolicy: { allowedPersistenceRegions: ['asia-east1'] },
+      }),
     },
-    { name: 'maximum retention', method: 'PUT', url: `${T}/ret-max`, body: { messageRetentionDuration: '2678400s' }, status: 200, expected: topicBody(P, 'ret-max', { messageRetentionDuration: '2678400s' }) },
+    {
+      name: 'maximum retention',
+      method: 'PUT',
+      url: `${T}/ret-max`,
+      body: { messageRetentionDuration: '2678400s' },
+      status: 200,
+      expected: topicBody(P, 'ret-max', { messageRetentionDuration: '2678400s' }),
+    },
     {
       name: 'fractional retention is normalised',
       method: 'PUT',
@@ -114,7 +153,14 @@ t.test('topic fields on create', async (t) => {
       status: 200,
       expected: topicBody(P, 'ret-frac', { messageRetentionDuration: '3600.5s' }),
     },
-    { name: 'empty labels are omitted', method: 'PUT', url: `${T}/no-labels`, body: { labels: {} }, status: 200, expected: topicBody(P, 'no-labels') },
+    {
+      name: 'empty labels are omitted',
+      method: 'PUT',
+      url: `${T}/no-labels`,
+      body: { labels: {} },
+      status: 200,
+      expected: topicBody(P, 'no-labels'),
+    },
     {
       name: 'name in the body equal to the URL',
       method: 'PUT',
@@ -131,15 +177,47 @@ t.test('topic fields on create', async (t) => {
       status: 200,
       expected: topicBody(P, 'echo'),
     },
-    { name: 'empty kmsKeyName is no kmsKeyName', method: 'PUT', url: `${T}/kms-empty`, body: { kmsKeyName: '' }, status: 200, expected: topicBody(P, 'kms-empty') },
+    {
+      name: 'empty kmsKeyName is no kmsKeyName',
+      method: 'PUT',
+      url: `${T}/kms-empty`,
+      body: { kmsKeyName: '' },
+      status: 200,
+      expected: topicBody(P, 'kms-empty'),
+    },
   ]);
 
   const rejected: [string, unknown, number, unknown][] = [
-    ['retention 599s', { messageRetentionDuration: '599s' }, 400, invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.')],
-    ['retention 2678401s', { messageRetentionDuration: '2678401s' }, 400, invalid('Invalid messageRetentionDuration: 2678401s is outside the allowed range 600s to 2678400s.')],
-    ['retention "10m"', { messageRetentionDuration: '10m' }, 400, invalidValue('messageRetentionDuration', 'expected a duration such as "600s"')],
-    ['retention "-600s"', { messageRetentionDuration: '-600s' }, 400, invalidValue('messageRetentionDuration', 'expected a duration such as "600s"')],
-    ['retention as a number', { messageRetentionDuration: 600 }, 400, invalidValue('messageRetentionDuration', 'Invalid input: expected string, received number')],
+    [
+      'retention 599s',
+      { messageRetentionDuration: '599s' },
+      400,
+      invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.'),
+    ],
+    [
+      'retention 2678401s',
+      { messageRetentionDuration: '2678401s' },
+      400,
+      invalid('Invalid messageRetentionDuration: 2678401s is outside the allowed range 600s to 2678400s.'),
+    ],
+    [
+      'retention "10m"',
+      { messageRetentionDuration: '10m' },
+      400,
+      invalidValue('messageRetentionDuration', 'expected a duration such as "600s"'),
+    ],
+    [
+      'retention "-600s"',
+      { messageRetentionDuration: '-600s' },
+      400,
+      invalidValue('messageRetentionDuration', 'expected a duration such as "600s"'),
+    ],
+    [
+      'retention as a number',
+      { messageRetentionDuration: 600 },
+      400,
+      invalidValue('messageRetentionDuration', 'Invalid input: expected string, received number'),
+    ],
     [
       'empty allowedPersistenceRegions',
       { messageStoragePolicy: { allowedPersistenceRegions: [] } },
@@ -152,18 +230,27 @@ t.test('topic fields on create', async (t) => {
       400,
       invalid('Invalid messageStoragePolicy: allowedPersistenceRegions must list at least one region.'),
     ],
-    ['unknown storage policy field', { messageStoragePolicy: { allowedPersistenceRegions: ['us-east1'], bogus: 1 } }, 400, unknownField('bogus', 'messageStoragePolicy')],
+    [
+      'unknown storage policy field',
+      { messageStoragePolicy: { allowedPersistenceRegions: ['us-east1'], bogus: 1 } },
+      400,
+      unknownField('bogus', 'messageStoragePolicy'),
+    ],
     [
       'name in the body differs from the URL',
       { name: `projects/${P}/topics/other` },
       400,
-      invalid(`The name in the body (projects/${P}/topics/other) does not match the name in the URL (projects/${P}/topics/rejected).`),
+      invalid(
+        `The name in the body (projects/${P}/topics/other) does not match the name in the URL (projects/${P}/topics/rejected).`,
+      ),
     ],
     [
       'name in the body from another project',
       { name: `projects/elsewhere/topics/rejected` },
       400,
-      invalid(`The name in the body (projects/elsewhere/topics/rejected) does not match the name in the URL (projects/${P}/topics/rejected).`),
+      invalid(
+        `The name in the body (projects/elsewhere/topics/rejected) does not match the name in the URL (projects/${P}/topics/rejected).`,
+      ),
     ],
     ['unknown field', { bogus: 1 }, 400, unknownField('bogus')],
     ['unknown field with a known one', { labels: { a: 'b' }, nope: true }, 400, unknownField('nope')],
@@ -175,20 +262,46 @@ t.test('topic fields on create', async (t) => {
       400,
       invalidValue('labels.env', 'label values hold at most 63 lowercase letters, digits, "_" or "-"'),
     ],
-    ['65 labels', { labels: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v'])) }, 400, invalidValue('labels', 'at most 64 labels are allowed')],
+    [
+      '65 labels',
+      { labels: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v'])) },
+      400,
+      invalidValue('labels', 'at most 64 labels are allowed'),
+    ],
     ['kmsKeyName', { kmsKeyName: 'projects/p/locations/l/keyRings/r/cryptoKeys/k' }, 501, unimplemented('kmsKeyName')],
-    ['schemaSettings', { schemaSettings: { schema: 'projects/p/schemas/s', encoding: 'JSON' } }, 501, unimplemented('schemaSettings')],
-    ['ingestionDataSourceSettings', { ingestionDataSourceSettings: { awsKinesis: {} } }, 501, unimplemented('ingestionDataSourceSettings')],
+    [
+      'schemaSettings',
+      { schemaSettings: { schema: 'projects/p/schemas/s', encoding: 'JSON' } },
+      501,
+      unimplemented('schemaSettings'),
+    ],
+    [
+      'ingestionDataSourceSettings',
+      { ingestionDataSourceSettings: { awsKinesis: {} } },
+      501,
+      unimplemented('ingestionDataSourceSettings'),
+    ],
     ['messageTransforms', { messageTransforms: [{ javascriptUdf: {} }] }, 501, unimplemented('messageTransforms')],
     ['tags', { tags: { 'tagKeys/1': 'tagValues/2' } }, 501, unimplemented('tags')],
   ];
   for (const [why, body, status, expected] of rejected) {
     t.strictSame(await api('PUT', `${T}/rejected`, body), { status, body: expected }, `${why}: ${status}`);
-    t.strictSame(await api('GET', `${T}/rejected`), { status: 404, body: notFound('rejected') }, `  after "${why}": not created`);
+    t.strictSame(
+      await api('GET', `${T}/rejected`),
+      { status: 404, body: notFound('rejected') },
+      `  after "${why}": not created`,
+    );
   }
   t.strictSame(
-    await api('PUT', `${T}/sixty-four`, { labels: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, 'v'])) }),
-    { status: 200, body: topicBody(P, 'sixty-four', { labels: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, 'v'])) }) },
+    await api('PUT', `${T}/sixty-four`, {
+      labels: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, 'v'])),
+    }),
+    {
+      status: 200,
+      body: topicBody(P, 'sixty-four', {
+        labels: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, 'v'])),
+      }),
+    },
     '64 labels are fine',
   );
 });
@@ -204,18 +317,55 @@ t.test('PATCH topic', async (t) => {
   t.strictSame(await api('PUT', url, current), { status: 200, body: topicBody(P, 'patched', current) }, 'fixture');
 
   const accepted: [string, unknown, Record<string, unknown>][] = [
-    ['labels', { topic: { labels: { b: '2' }, messageRetentionDuration: '7200s' }, updateMask: 'labels' }, { labels: { b: '2' } }],
-    ['messageRetentionDuration', { topic: { labels: { ignored: 'x' }, messageRetentionDuration: '7200s' }, updateMask: 'messageRetentionDuration' }, { messageRetentionDuration: '7200s' }],
-    ['snake_case path', { topic: { messageRetentionDuration: '3600s' }, updateMask: 'message_retention_duration' }, { messageRetentionDuration: '3600s' }],
-    ['snake_case body', { topic: { message_retention_duration: '1800s' }, update_mask: 'messageRetentionDuration' }, { messageRetentionDuration: '1800s' }],
+    [
+      'labels',
+      { topic: { labels: { b: '2' }, messageRetentionDuration: '7200s' }, updateMask: 'labels' },
+      { labels: { b: '2' } },
+    ],
+    [
+      'messageRetentionDuration',
+      {
+        topic: { labels: { ignored: 'x' }, messageRetentionDuration: '7200s' },
+        updateMask: 'messageRetentionDuration',
+      },
+      { messageRetentionDuration: '7200s' },
+    ],
+    [
+      'snake_case path',
+      { topic: { messageRetentionDuration: '3600s' }, updateMask: 'message_retention_duration' },
+      { messageRetentionDuration: '3600s' },
+    ],
+    [
+      'snake_case body',
+      { topic: { message_retention_duration: '1800s' }, update_mask: 'messageRetentionDuration' },
+      { messageRetentionDuration: '1800s' },
+    ],
     [
       'two paths, with spaces',
-      { topic: { labels: { c: '3' }, messageStoragePolicy: { allowedPersistenceRegions: ['eu-west1'], enforceInTransit: true } }, updateMask: ' labels , messageStoragePolicy ' },
+      {
+        topic: {
+          labels: { c: '3' },
+          messageStoragePolicy: { allowedPersistenceRegions: ['eu-west1'], enforceInTransit: true },
+        },
+        updateMask: ' labels , messageStoragePolicy ',
+      },
       { labels: { c: '3' }, messageStoragePolicy: { allowedPersistenceRegions: ['eu-west1'], enforceInTransit: true } },
     ],
-    ['messageStoragePolicy in the mask, absent from the body: reset', { topic: {}, updateMask: 'messageStoragePolicy' }, { messageStoragePolicy: undefined }],
-    ['messageRetentionDuration in the mask, absent: unset', { topic: {}, updateMask: 'messageRetentionDuration' }, { messageRetentionDuration: undefined }],
-    ['labels in the mask, absent: cleared', { topic: { name: `projects/${P}/topics/patched` }, updateMask: 'labels' }, { labels: undefined }],
+    [
+      'messageStoragePolicy in the mask, absent from the body: reset',
+      { topic: {}, updateMask: 'messageStoragePolicy' },
+      { messageStoragePolicy: undefined },
+    ],
+    [
+      'messageRetentionDuration in the mask, absent: unset',
+      { topic: {}, updateMask: 'messageRetentionDuration' },
+      { messageRetentionDuration: undefined },
+    ],
+    [
+      'labels in the mask, absent: cleared',
+      { topic: { name: `projects/${P}/topics/patched` }, updateMask: 'labels' },
+      { labels: undefined },
+    ],
     ['labels back', { topic: { labels: { d: '4' } }, updateMask: 'labels' }, { labels: { d: '4' } }],
   ];
   for (const [why, body, change] of accepted) {
@@ -227,20 +377,70 @@ t.test('PATCH topic', async (t) => {
 
   const unchanged = topicBody(P, 'patched', current);
   const rejected: [string, unknown, number, unknown][] = [
-    ['no updateMask', { topic: { labels: { e: '5' } } }, 400, invalid('The UpdateTopicRequest must have a non-empty update_mask.')],
-    ['empty updateMask', { topic: { labels: { e: '5' } }, updateMask: '' }, 400, invalid('The UpdateTopicRequest must have a non-empty update_mask.')],
-    ['updateMask of commas', { topic: { labels: { e: '5' } }, updateMask: ' , ' }, 400, invalid('The UpdateTopicRequest must have a non-empty update_mask.')],
-    ['unknown path', { topic: { labels: { e: '5' } }, updateMask: 'bogus' }, 400, invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "bogus".')],
-    ['known and unknown paths', { topic: { labels: { e: '5' } }, updateMask: 'labels,bogus' }, 400, invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "bogus".')],
-    ['name path', { topic: { name: `projects/${P}/topics/patched` }, updateMask: 'name' }, 400, invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "name".')],
-    ['state path', { topic: { state: 'ACTIVE' }, updateMask: 'state' }, 400, invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "state".')],
+    [
+      'no updateMask',
+      { topic: { labels: { e: '5' } } },
+      400,
+      invalid('The UpdateTopicRequest must have a non-empty update_mask.'),
+    ],
+    [
+      'empty updateMask',
+      { topic: { labels: { e: '5' } }, updateMask: '' },
+      400,
+      invalid('The UpdateTopicRequest must have a non-empty update_mask.'),
+    ],
+    [
+      'updateMask of commas',
+      { topic: { labels: { e: '5' } }, updateMask: ' , ' },
+      400,
+      invalid('The UpdateTopicRequest must have a non-empty update_mask.'),
+    ],
+    [
+      'unknown path',
+      { topic: { labels: { e: '5' } }, updateMask: 'bogus' },
+      400,
+      invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "bogus".'),
+    ],
+    [
+      'known and unknown paths',
+      { topic: { labels: { e: '5' } }, updateMask: 'labels,bogus' },
+      400,
+      invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "bogus".'),
+    ],
+    [
+      'name path',
+      { topic: { name: `projects/${P}/topics/patched` }, updateMask: 'name' },
+      400,
+      invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "name".'),
+    ],
+    [
+      'state path',
+      { topic: { state: 'ACTIVE' }, updateMask: 'state' },
+      400,
+      invalid('Invalid update_mask provided in the UpdateTopicRequest: unknown field name "state".'),
+    ],
     ['kmsKeyName path', { topic: { kmsKeyName: 'k' }, updateMask: 'kmsKeyName' }, 501, unimplemented('kmsKeyName')],
     ['schemaSettings path', { topic: {}, updateMask: 'schemaSettings' }, 501, unimplemented('schemaSettings')],
-    ['updateMask not a string', { topic: { labels: { e: '5' } }, updateMask: ['labels'] }, 400, invalidValue('updateMask', 'Invalid input: expected string, received array')],
-    ['no topic', { updateMask: 'labels' }, 400, invalidValue('topic', 'Invalid input: expected object, received undefined')],
+    [
+      'updateMask not a string',
+      { topic: { labels: { e: '5' } }, updateMask: ['labels'] },
+      400,
+      invalidValue('updateMask', 'Invalid input: expected string, received array'),
+    ],
+    [
+      'no topic',
+      { updateMask: 'labels' },
+      400,
+      invalidValue('topic', 'Invalid input: expected object, received undefined'),
+    ],
     ['unknown field in topic', { topic: { bogus: 1 }, updateMask: 'labels' }, 400, unknownField('bogus', 'topic')],
     ['unknown top-level field', { topic: {}, updateMask: 'labels', extra: 1 }, 400, unknownField('extra')],
-    ['retention out of range', { topic: { messageRetentionDuration: '599s' }, updateMask: 'messageRetentionDuration' }, 400, invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.')],
+    [
+      'retention out of range',
+      { topic: { messageRetentionDuration: '599s' }, updateMask: 'messageRetentionDuration' },
+      400,
+      invalid('Invalid messageRetentionDuration: 599s is outside the allowed range 600s to 2678400s.'),
+    ],
     [
       'empty allowedPersistenceRegions',
       { topic: { messageStoragePolicy: { allowedPersistenceRegions: [] } }, updateMask: 'messageStoragePolicy' },
@@ -251,7 +451,9 @@ t.test('PATCH topic', async (t) => {
       'name in the body differs from the URL',
       { topic: { name: `projects/${P}/topics/other`, labels: { e: '5' } }, updateMask: 'labels' },
       400,
-      invalid(`The name in the body (projects/${P}/topics/other) does not match the name in the URL (projects/${P}/topics/patched).`),
+      invalid(
+        `The name in the body (projects/${P}/topics/other) does not match the name in the URL (projects/${P}/topics/patched).`,
+      ),
     ],
   ];
   for (const [why, body, status, expected] of rejected) {
@@ -277,10 +479,26 @@ t.test('ListTopics pagination', async (t) => {
   const page = (...names: string[]) => names.map((id) => topicBody(P, id));
 
   t.strictSame(await api('GET', T), { status: 200, body: { topics: page(...ids) } }, 'no pageSize: everything, sorted');
-  t.strictSame(await api('GET', `${T}?pageSize=0`), { status: 200, body: { topics: page(...ids) } }, 'pageSize=0: server default');
-  t.strictSame(await api('GET', `${T}?pageSize=5`), { status: 200, body: { topics: page(...ids) } }, 'pageSize = count: no nextPageToken');
-  t.strictSame(await api('GET', `${T}?pageSize=5000`), { status: 200, body: { topics: page(...ids) } }, 'pageSize above the maximum is capped, not refused');
-  t.strictSame(await api('GET', `${T}?pageSize=`), { status: 200, body: { topics: page(...ids) } }, 'empty pageSize: server default');
+  t.strictSame(
+    await api('GET', `${T}?pageSize=0`),
+    { status: 200, body: { topics: page(...ids) } },
+    'pageSize=0: server default',
+  );
+  t.strictSame(
+    await api('GET', `${T}?pageSize=5`),
+    { status: 200, body: { topics: page(...ids) } },
+    'pageSize = count: no nextPageToken',
+  );
+  t.strictSame(
+    await api('GET', `${T}?pageSize=5000`),
+    { status: 200, body: { topics: page(...ids) } },
+    'pageSize above the maximum is capped, not refused',
+  );
+  t.strictSame(
+    await api('GET', `${T}?pageSize=`),
+    { status: 200, body: { topics: page(...ids) } },
+    'empty pageSize: server default',
+  );
 
   const first = await api('GET', `${T}?pageSize=2`);
   const token1 = first.body.nextPageToken;
@@ -289,15 +507,35 @@ t.test('ListTopics pagination', async (t) => {
   const second = await api('GET', `${T}?pageSize=2&pageToken=${encodeURIComponent(token1)}`);
   const token2 = second.body.nextPageToken;
   t.strictSame(second, { status: 200, body: { topics: page('t-02', 't-03'), nextPageToken: token2 } }, 'page 2');
-  t.strictSame(await api('GET', `${T}?pageSize=2&pageToken=${encodeURIComponent(token2)}`), { status: 200, body: { topics: page('t-04') } }, 'page 3, last: no token');
-  t.strictSame(await api('GET', `${T}?pageToken=${encodeURIComponent(token1)}`), { status: 200, body: { topics: page('t-02', 't-03', 't-04') } }, 'a token with the default page size');
+  t.strictSame(
+    await api('GET', `${T}?pageSize=2&pageToken=${encodeURIComponent(token2)}`),
+    { status: 200, body: { topics: page('t-04') } },
+    'page 3, last: no token',
+  );
+  t.strictSame(
+    await api('GET', `${T}?pageToken=${encodeURIComponent(token1)}`),
+    { status: 200, body: { topics: page('t-02', 't-03', 't-04') } },
+    'a token with the default page size',
+  );
 
   // A token stays valid when the item it points after is deleted.
   t.strictSame(await api('DELETE', `${T}/t-01`), { status: 200, body: {} }, 'delete t-01');
-  t.strictSame(await api('GET', `${T}?pageSize=2&pageToken=${encodeURIComponent(token1)}`), { status: 200, body: { topics: page('t-02', 't-03'), nextPageToken: token2 } }, 'token after a deleted item still works');
+  t.strictSame(
+    await api('GET', `${T}?pageSize=2&pageToken=${encodeURIComponent(token1)}`),
+    { status: 200, body: { topics: page('t-02', 't-03'), nextPageToken: token2 } },
+    'token after a deleted item still works',
+  );
 
-  t.strictSame(await api('GET', `/v1/projects/${P}2/topics?pageSize=1`), { status: 200, body: { topics: [topicBody(`${P}2`, 't-99')] } }, 'neighbour project alone');
-  t.strictSame(await api('GET', `/v1/projects/nothing/topics?pageSize=1`), { status: 200, body: {} }, 'empty project: {}');
+  t.strictSame(
+    await api('GET', `/v1/projects/${P}2/topics?pageSize=1`),
+    { status: 200, body: { topics: [topicBody(`${P}2`, 't-99')] } },
+    'neighbour project alone',
+  );
+  t.strictSame(
+    await api('GET', `/v1/projects/nothing/topics?pageSize=1`),
+    { status: 200, body: {} },
+    'empty project: {}',
+  );
 
   const badPageSize = (raw: string) => invalid(`Invalid pageSize: "${raw}" is not a non-negative integer.`);
   const otherProjectToken = (await api('GET', `/v1/projects/tp/topics?pageSize=0`)).body;
@@ -310,9 +548,17 @@ t.test('ListTopics pagination', async (t) => {
     ['pageSize=0x10', 'pageSize=0x10', badPageSize('0x10')],
     ['pageSize twice', 'pageSize=1&pageSize=2', badPageSize('1,2')],
     ['pageToken garbage', 'pageToken=garbage', invalid('Invalid pageToken.')],
-    ['pageToken with base64 padding noise', `pageToken=${encodeURIComponent(token1 + '==')}`, invalid('Invalid pageToken.')],
+    [
+      'pageToken with base64 padding noise',
+      `pageToken=${encodeURIComponent(`${token1}==`)}`,
+      invalid('Invalid pageToken.'),
+    ],
     ['pageToken of another project', `pageToken=${foreignToken}`, invalid('Invalid pageToken.')],
-    ['pageToken of ListSubscriptions', `pageToken=${Buffer.from(`projects/${P}/subscriptions/t-97`).toString('base64url')}`, invalid('Invalid pageToken.')],
+    [
+      'pageToken of ListSubscriptions',
+      `pageToken=${Buffer.from(`projects/${P}/subscriptions/t-97`).toString('base64url')}`,
+      invalid('Invalid pageToken.'),
+    ],
   ];
   for (const [why, query, expected] of rejected) {
     t.strictSame(await api('GET', `${T}?${query}`), { status: 400, body: expected }, `${why} -> 400`);
@@ -339,28 +585,69 @@ t.test('ListTopicSubscriptions', async (t) => {
     );
   }
   await api('PUT', `/v1/projects/${P}/subscriptions/s-other`, { topic: `projects/${P}/topics/lts-other` });
-  const names = [`projects/${P}/subscriptions/s-a`, `projects/${P}/subscriptions/s-b`, `projects/${P}/subscriptions/s-d`, 'projects/other-project/subscriptions/s-c'].sort();
+  const names = [
+    `projects/${P}/subscriptions/s-a`,
+    `projects/${P}/subscriptions/s-b`,
+    `projects/${P}/subscriptions/s-d`,
+    'projects/other-project/subscriptions/s-c',
+  ].sort();
 
-  t.strictSame(await api('GET', `${T}/lts/subscriptions`), { status: 200, body: { subscriptions: names } }, 'names only, sorted, all projects');
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions`),
+    { status: 200, body: { subscriptions: names } },
+    'names only, sorted, all projects',
+  );
   t.strictSame(await api('GET', `${T}/lts-empty/subscriptions`), { status: 200, body: {} }, 'no subscriptions: {}');
-  t.strictSame(await api('GET', `${T}/lts-other/subscriptions`), { status: 200, body: { subscriptions: [`projects/${P}/subscriptions/s-other`] } }, 'another topic');
+  t.strictSame(
+    await api('GET', `${T}/lts-other/subscriptions`),
+    { status: 200, body: { subscriptions: [`projects/${P}/subscriptions/s-other`] } },
+    'another topic',
+  );
   const first = await api('GET', `${T}/lts/subscriptions?pageSize=3`);
   const token = first.body.nextPageToken;
   t.strictSame(first, { status: 200, body: { subscriptions: names.slice(0, 3), nextPageToken: token } }, 'page 1');
   t.type(token, 'string');
-  t.strictSame(await api('GET', `${T}/lts/subscriptions?pageSize=3&pageToken=${encodeURIComponent(token)}`), { status: 200, body: { subscriptions: names.slice(3) } }, 'page 2, last');
-  t.strictSame(await api('GET', `${T}/lts/subscriptions?pageToken=nonsense`), { status: 400, body: invalid('Invalid pageToken.') }, 'bad token -> 400');
-  t.strictSame(await api('GET', `${T}/lts/subscriptions?pageSize=x`), { status: 400, body: invalid('Invalid pageSize: "x" is not a non-negative integer.') }, 'bad pageSize -> 400');
-  t.strictSame(await api('GET', `${T}/absent/subscriptions`), { status: 404, body: notFound('absent') }, 'unknown topic -> 404');
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions?pageSize=3&pageToken=${encodeURIComponent(token)}`),
+    { status: 200, body: { subscriptions: names.slice(3) } },
+    'page 2, last',
+  );
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions?pageToken=nonsense`),
+    { status: 400, body: invalid('Invalid pageToken.') },
+    'bad token -> 400',
+  );
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions?pageSize=x`),
+    { status: 400, body: invalid('Invalid pageSize: "x" is not a non-negative integer.') },
+    'bad pageSize -> 400',
+  );
+  t.strictSame(
+    await api('GET', `${T}/absent/subscriptions`),
+    { status: 404, body: notFound('absent') },
+    'unknown topic -> 404',
+  );
 
   t.strictSame(await api('DELETE', `/v1/projects/${P}/subscriptions/s-b`), { status: 200, body: {} }, 'delete s-b');
-  t.strictSame(await api('GET', `${T}/lts/subscriptions`), { status: 200, body: { subscriptions: names.filter((name) => !name.endsWith('/s-b')) } }, 'deleted subscription no longer listed');
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions`),
+    { status: 200, body: { subscriptions: names.filter((name) => !name.endsWith('/s-b')) } },
+    'deleted subscription no longer listed',
+  );
 
   // Delete and re-create the topic: the new topic has no subscriptions; the old ones are kept.
   t.strictSame(await api('DELETE', `${T}/lts`), { status: 200, body: {} }, 'delete the topic');
-  t.strictSame(await api('GET', `${T}/lts/subscriptions`), { status: 404, body: notFound('lts') }, 'deleted topic -> 404');
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions`),
+    { status: 404, body: notFound('lts') },
+    'deleted topic -> 404',
+  );
   t.strictSame(await api('PUT', `${T}/lts`, {}), { status: 200, body: topicBody(P, 'lts') }, 're-create it');
-  t.strictSame(await api('GET', `${T}/lts/subscriptions`), { status: 200, body: {} }, 'the new topic has no subscriptions');
+  t.strictSame(
+    await api('GET', `${T}/lts/subscriptions`),
+    { status: 200, body: {} },
+    'the new topic has no subscriptions',
+  );
   t.strictSame(
     await api('GET', `/v1/projects/${P}/subscriptions/s-a`),
     { status: 200, body: subscriptionBody(P, 's-a', '_deleted-topic_') },

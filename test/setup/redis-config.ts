@@ -34,7 +34,10 @@ export function standalonePort(): number {
 export function clusterPorts(): number[] {
   const raw = process.env.TEST_CLUSTER_PORTS;
   if (!raw) return [...DEFAULT_CLUSTER_PORTS];
-  const ports = raw.split(',').filter((s) => s.trim() !== '').map((s) => parsePort(s, 'TEST_CLUSTER_PORTS'));
+  const ports = raw
+    .split(',')
+    .filter((s) => s.trim() !== '')
+    .map((s) => parsePort(s, 'TEST_CLUSTER_PORTS'));
   if (ports.length < 3) throw new Error('TEST_CLUSTER_PORTS: Redis Cluster needs at least 3 ports');
   return ports;
 }

@@ -163,7 +163,10 @@ async function clusterOk(ports: number[]): Promise<boolean> {
 
 async function healthy(state: State): Promise<boolean> {
   const expected = [standalonePort(), ...clusterPorts()].sort().join(',');
-  const have = state.servers.map((s) => s.port).sort().join(',');
+  const have = state.servers
+    .map((s) => s.port)
+    .sort()
+    .join(',');
   if (expected !== have) return false;
   if (!state.servers.every((s) => isAlive(s.pid))) return false;
   if (!(await pingOk(standalonePort()))) return false;
@@ -294,7 +297,7 @@ function redisServerBin(): string {
 function redisCliBin(): string {
   if (process.env.REDIS_CLI_BIN) return process.env.REDIS_CLI_BIN;
   const server = process.env.REDIS_SERVER_BIN;
-  if (server && server.includes('/')) {
+  if (server?.includes('/')) {
     const sibling = path.join(path.dirname(server), 'redis-cli');
     if (fs.existsSync(sibling)) return sibling;
   }
@@ -314,26 +317,38 @@ function spawnServer(dir: string, role: Role, port: number): Promise<ServerInfo>
   fs.mkdirSync(nodeDir);
   const logFile = path.join(nodeDir, 'redis.log');
   const args = [
-    '--port', String(port),
-    '--bind', REDIS_HOST,
-    '--dir', nodeDir,
-    '--logfile', logFile,
-    '--daemonize', 'no',
+    '--port',
+    String(port),
+    '--bind',
+    REDIS_HOST,
+    '--dir',
+    nodeDir,
+    '--logfile',
+    logFile,
+    '--daemonize',
+    'no',
     // Pure in-memory: tests never need persistence, and fsyncs slow them down.
-    '--save', '',
-    '--appendonly', 'no',
+    '--save',
+    '',
+    '--appendonly',
+    'no',
   ];
   if (role === 'cluster') {
     args.push(
-      '--cluster-enabled', 'yes',
-      '--cluster-config-file', path.join(nodeDir, 'nodes.conf'),
-      '--cluster-node-timeout', '5000',
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      path.join(nodeDir, 'nodes.conf'),
+      '--cluster-node-timeout',
+      '5000',
     );
   }
   return new Promise((resolve, reject) => {
     const child = spawn(redisServerBin(), args, { cwd: nodeDir, detached: true, stdio: 'ignore' });
     child.once('error', (err) =>
-      reject(new Error(`cannot run ${redisServerBin()} (${err.message}); install redis-server or set REDIS_SERVER_BIN`)),
+      reject(
+        new Error(`cannot run ${redisServerBin()} (${err.message}); install redis-server or set REDIS_SERVER_BIN`),
+      ),
     );
     child.once('spawn', () => {
       child.unref(); // let the before program exit while Redis keeps running
@@ -344,9 +359,11 @@ function spawnServer(dir: string, role: Role, port: number): Promise<ServerInfo>
 
 function createCluster(ports: number[]): Promise<void> {
   const args = [
-    '--cluster', 'create',
+    '--cluster',
+    'create',
     ...ports.map((p) => `${REDIS_HOST}:${p}`),
-    '--cluster-replicas', '0',
+    '--cluster-replicas',
+    '0',
     '--cluster-yes',
   ];
   return new Promise((resolve, reject) => {

@@ -12,7 +12,13 @@ export interface CloseInfo {
 
 export interface ReceivedMessage {
   ackId: string;
-  message: { data?: string; attributes?: Record<string, string>; messageId: string; publishTime: string; orderingKey?: string };
+  message: {
+    data?: string;
+    attributes?: Record<string, string>;
+    messageId: string;
+    publishTime: string;
+    orderingKey?: string;
+  };
 }
 
 export class StreamClient {
@@ -93,7 +99,9 @@ export class StreamClient {
           resolve(this.pending.splice(index, 1)[0]);
         } else if (this.closeInfo) {
           done();
-          reject(new Error(`stream closed (${this.closeInfo.code} ${this.closeInfo.reason}) while waiting for ${what}`));
+          reject(
+            new Error(`stream closed (${this.closeInfo.code} ${this.closeInfo.reason}) while waiting for ${what}`),
+          );
         }
       };
       const timer = setTimeout(() => {
@@ -114,14 +122,21 @@ export class StreamClient {
     const out: ReceivedMessage[] = [];
     const giveUpAt = Date.now() + timeoutMs;
     while (out.length < count) {
-      const frame = await this.take((f) => Array.isArray(f?.receivedMessages), Math.max(1, giveUpAt - Date.now()), `${count - out.length} more message(s)`);
+      const frame = await this.take(
+        (f) => Array.isArray(f?.receivedMessages),
+        Math.max(1, giveUpAt - Date.now()),
+        `${count - out.length} more message(s)`,
+      );
       out.push(...frame.receivedMessages);
     }
     return out;
   }
 
   /** True if no pending-or-new frame matching `match` shows up within `ms` (frames are not taken). */
-  async quiet(ms: number, match: (frame: any) => boolean = (f) => Array.isArray(f?.receivedMessages)): Promise<boolean> {
+  async quiet(
+    ms: number,
+    match: (frame: any) => boolean = (f) => Array.isArray(f?.receivedMessages),
+  ): Promise<boolean> {
     const startIndex = this.frames.length;
     if (this.pending.some(match)) return false;
     await new Promise((done) => setTimeout(done, ms));
@@ -169,7 +184,8 @@ export class StreamClient {
   }
 }
 
-export const isHeartbeat = (frame: any) => frame !== null && typeof frame === 'object' && Object.keys(frame).length === 0;
+export const isHeartbeat = (frame: any) =>
+  frame !== null && typeof frame === 'object' && Object.keys(frame).length === 0;
 export const hasMessages = (frame: any) => Array.isArray(frame?.receivedMessages);
 export const ackIdsOf = (messages: ReceivedMessage[]) => messages.map((m) => m.ackId);
 export const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
@@ -177,11 +193,15 @@ export const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done
 export const generationOf = (ackId: string) => parseInt(ackId.split('-')[2], 36);
 
 /** Waits until one of the clients has a message frame and takes it (never leaves a take pending). */
-export async function takeFromAny(clients: StreamClient[], timeoutMs = 3000): Promise<{ client: StreamClient; messages: ReceivedMessage[] }> {
+export async function takeFromAny(
+  clients: StreamClient[],
+  timeoutMs = 3000,
+): Promise<{ client: StreamClient; messages: ReceivedMessage[] }> {
   const giveUpAt = Date.now() + timeoutMs;
   for (;;) {
     for (const client of clients) {
-      if (client.untaken.some(hasMessages)) return { client, messages: (await client.take(hasMessages)).receivedMessages };
+      if (client.untaken.some(hasMessages))
+        return { client, messages: (await client.take(hasMessages)).receivedMessages };
     }
     if (Date.now() > giveUpAt) throw new Error(`no message on any of ${clients.length} streams within ${timeoutMs} ms`);
     await sleep(10);

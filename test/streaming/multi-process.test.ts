@@ -86,9 +86,12 @@ class LeaseLedger {
     this.ackIdToMessage.set(m.ackId, id);
     const current = this.holder.get(id);
     if (current && now < current.boundMs) {
-      this.problem(`message ${id} delivered to subscriber ${sub} (gen ${generation}) while subscriber ${current.sub} holds an unexpired delivery (${current.ackId})`);
+      this.problem(
+        `message ${id} delivered to subscriber ${sub} (gen ${generation}) while subscriber ${current.sub} holds an unexpired delivery (${current.ackId})`,
+      );
     }
-    if (this.ackSent.has(id)) this.problem(`message ${id} delivered again (gen ${generation}, to ${sub}) after it was acked`);
+    if (this.ackSent.has(id))
+      this.problem(`message ${id} delivered again (gen ${generation}, to ${sub}) after it was acked`);
     const seen = this.seen.get(id) ?? 0;
     const previous = this.maxGeneration.get(id) ?? 0;
     if (generation <= previous) this.problem(`message ${id}: generation ${generation} after ${previous}`);
@@ -143,7 +146,16 @@ class Subscriber {
   readonly held = new Map<string, Held>();
   deadlineS = STREAM_DEADLINE_S;
   leaving = false;
-  readonly stats = { connects: 0, switched: 0, graceful: 0, abrupt: 0, closingArrivals: 0, acks: 0, nacks: 0, deliveredVia: [0, 0] };
+  readonly stats = {
+    connects: 0,
+    switched: 0,
+    graceful: 0,
+    abrupt: 0,
+    closingArrivals: 0,
+    acks: 0,
+    nacks: 0,
+    deliveredVia: [0, 0],
+  };
   /** Nack IDs awaiting a modifyAckDeadlineConfirmation (exactly-once) — checked for validity. */
   private readonly expectNackOk = new Set<string>();
 
@@ -197,12 +209,16 @@ class Subscriber {
     if (frame?.acknowledgeConfirmation) {
       const c = frame.acknowledgeConfirmation;
       this.policy.confirmed?.(c.ackIds, c.invalidAckIds, c.temporaryFailedAckIds, this);
-      if (c.unorderedAckIds.length > 0) this.ledger.problem(`unordered ack IDs on an unordered subscription: ${c.unorderedAckIds}`);
+      if (c.unorderedAckIds.length > 0)
+        this.ledger.problem(`unordered ack IDs on an unordered subscription: ${c.unorderedAckIds}`);
     }
     if (frame?.modifyAckDeadlineConfirmation) {
       const c = frame.modifyAckDeadlineConfirmation;
       for (const ackId of [...c.invalidAckIds, ...c.temporaryFailedAckIds]) {
-        if (this.expectNackOk.delete(ackId)) this.ledger.problem(`subscriber ${this.id}: nack/modify of current delivery ${ackId} failed: ${JSON.stringify(c)}`);
+        if (this.expectNackOk.delete(ackId))
+          this.ledger.problem(
+            `subscriber ${this.id}: nack/modify of current delivery ${ackId} failed: ${JSON.stringify(c)}`,
+          );
       }
       for (const ackId of c.ackIds) this.expectNackOk.delete(ackId);
     }
@@ -307,7 +323,9 @@ class Subscriber {
       const until = Date.now() + lifetime;
       while (!done() && (Date.now() < until || Date.now() > disruptUntil) && this.client!.isOpen) await sleep(20);
       if (!this.client!.isOpen && !done()) {
-        this.ledger.problem(`subscriber ${this.id}: stream closed by the server: ${JSON.stringify(this.client!.closeInfo)}`);
+        this.ledger.problem(
+          `subscriber ${this.id}: stream closed by the server: ${JSON.stringify(this.client!.closeInfo)}`,
+        );
         continue;
       }
       // Every third disconnect (staggered per subscriber) is abrupt.
@@ -321,7 +339,11 @@ class Subscriber {
   }
 }
 
-async function publishers(pauseMs: number, ledgerProblem: (text: string) => void, publishOne: (publisher: number) => Promise<number>) {
+async function publishers(
+  pauseMs: number,
+  ledgerProblem: (text: string) => void,
+  publishOne: (publisher: number) => Promise<number>,
+) {
   let remaining = MESSAGES;
   const started = Date.now();
   await Promise.all(
@@ -343,7 +365,10 @@ async function publishers(pauseMs: number, ledgerProblem: (text: string) => void
 
 async function checkDrained(t: Test, brokers: BrokerProcess[], subscription: string) {
   for (const broker of brokers) {
-    const pull = await call(broker.url, 'POST', `/v1/projects/${P}/subscriptions/${subscription}:pull`, { maxMessages: 1000, returnImmediately: true });
+    const pull = await call(broker.url, 'POST', `/v1/projects/${P}/subscriptions/${subscription}:pull`, {
+      maxMessages: 1000,
+      returnImmediately: true,
+    });
     t.strictSame(pull, { status: 200, body: {} }, `a final pull on ${broker.url} finds nothing left`);
   }
 }
@@ -352,7 +377,9 @@ const prefix = uniquePrefix('mp-stream');
 const env = { REDIS_URL: testRedisUrl(), KEY_PREFIX: prefix, LOG_LEVEL: 'warn' };
 const bootStarted = Date.now();
 const brokers = await Promise.all([startBrokerProcess(env), startBrokerProcess(env)]);
-t.comment(`2 broker processes ready in ${Date.now() - bootStarted} ms (${brokers.map((b) => b.url).join(', ')}, KEY_PREFIX ${prefix})`);
+t.comment(
+  `2 broker processes ready in ${Date.now() - bootStarted} ms (${brokers.map((b) => b.url).join(', ')}, KEY_PREFIX ${prefix})`,
+);
 t.teardown(async () => {
   await Promise.all(brokers.map((b) => stopProcess(b.child)));
 });
@@ -360,16 +387,25 @@ const pickBroker = () => rnd.pick(brokers);
 
 async function setUp(topic: string, subscription: string, body: Record<string, unknown>) {
   const topicReply = await call(brokers[0].url, 'PUT', `/v1/projects/${P}/topics/${topic}`, {});
-  const subReply = await call(brokers[1].url, 'PUT', `/v1/projects/${P}/subscriptions/${subscription}`, { topic: `projects/${P}/topics/${topic}`, ...body });
-  if (topicReply.status !== 200 || subReply.status !== 200) throw new Error(`set-up failed: ${JSON.stringify([topicReply, subReply])}`);
+  const subReply = await call(brokers[1].url, 'PUT', `/v1/projects/${P}/subscriptions/${subscription}`, {
+    topic: `projects/${P}/topics/${topic}`,
+    ...body,
+  });
+  if (topicReply.status !== 200 || subReply.status !== 200)
+    throw new Error(`set-up failed: ${JSON.stringify([topicReply, subReply])}`);
 }
 
 function report(t: Test, subscribers: Subscriber[], ledger: LeaseLedger, elapsedMs: number, publishMs: number) {
   const total = (f: (s: Subscriber) => number) => subscribers.reduce((sum, s) => sum + f(s), 0);
-  t.ok(total((s) => s.stats.graceful) >= SUBSCRIBERS && total((s) => s.stats.abrupt) >= 2,
-    `subscribers disconnected while messages flowed (${total((s) => s.stats.graceful)} graceful, ${total((s) => s.stats.abrupt)} abrupt)`);
+  t.ok(
+    total((s) => s.stats.graceful) >= SUBSCRIBERS && total((s) => s.stats.abrupt) >= 2,
+    `subscribers disconnected while messages flowed (${total((s) => s.stats.graceful)} graceful, ${total((s) => s.stats.abrupt)} abrupt)`,
+  );
   t.ok(total((s) => s.stats.switched) > 0, `some reconnected to the other process (${total((s) => s.stats.switched)})`);
-  t.ok(total((s) => s.stats.deliveredVia[0]) > 0 && total((s) => s.stats.deliveredVia[1]) > 0, 'both processes delivered');
+  t.ok(
+    total((s) => s.stats.deliveredVia[0]) > 0 && total((s) => s.stats.deliveredVia[1]) > 0,
+    'both processes delivered',
+  );
   t.comment(
     `${elapsedMs} ms (publishing ${publishMs} ms): ${ledger.deliveries} deliveries (${ledger.redeliveries} redeliveries, ` +
       `${ledger.unseenDeliveries} deliveries no client saw), via process 0/1: ${total((s) => s.stats.deliveredVia[0])}/${total((s) => s.stats.deliveredVia[1])}; ` +
@@ -397,31 +433,46 @@ t.test('exactly-once subscription: every message acked exactly once, never deliv
         successes.set(id, (successes.get(id) ?? 0) + 1);
         ledger.released(ackId);
       }
-      for (const ackId of invalid) ledger.problem(`subscriber ${sub.id}: ack of ${ackId} (message ${ledger.ackIdToMessage.get(ackId)}) confirmed invalid`);
+      for (const ackId of invalid)
+        ledger.problem(
+          `subscriber ${sub.id}: ack of ${ackId} (message ${ledger.ackIdToMessage.get(ackId)}) confirmed invalid`,
+        );
       for (const ackId of temporary) ledger.problem(`subscriber ${sub.id}: ack of ${ackId} failed temporarily`);
     },
   };
-  const subscribers = Array.from({ length: SUBSCRIBERS }, (_, i) => new Subscriber(i, 'eod-sub', brokers, ledger, policy, rnd.int(10, 100)));
+  const subscribers = Array.from(
+    { length: SUBSCRIBERS },
+    (_, i) => new Subscriber(i, 'eod-sub', brokers, ledger, policy, rnd.int(10, 100)),
+  );
   const allAcked = () => published.size === MESSAGES && [...published].every((id) => successes.has(id));
   let stopped = false;
   const started = Date.now();
   const running = subscribers.map((s) => s.run(() => stopped || allAcked(), started + DISRUPT_FOR_MS));
   let counter = 0;
-  const publishMs = await publishers(PUBLISH_PAUSE_MS.eod, (text) => ledger.problem(text), async (p) => {
-    const n = Math.min(rnd.int(1, 20), MESSAGES - counter);
-    if (n <= 0) return 0;
-    counter += n;
-    const messages = Array.from({ length: n }, (_, i) => ({ data: b64(`eod-${p}-${counter - n + i}`) }));
-    const reply = await call(pickBroker().url, 'POST', `/v1/projects/${P}/topics/eod-topic:publish`, { messages });
-    if (reply.status !== 200) return -1;
-    for (const id of reply.body.messageIds) published.add(id);
-    return n;
-  });
+  const publishMs = await publishers(
+    PUBLISH_PAUSE_MS.eod,
+    (text) => ledger.problem(text),
+    async (p) => {
+      const n = Math.min(rnd.int(1, 20), MESSAGES - counter);
+      if (n <= 0) return 0;
+      counter += n;
+      const messages = Array.from({ length: n }, (_, i) => ({ data: b64(`eod-${p}-${counter - n + i}`) }));
+      const reply = await call(pickBroker().url, 'POST', `/v1/projects/${P}/topics/eod-topic:publish`, { messages });
+      if (reply.status !== 200) return -1;
+      for (const id of reply.body.messageIds) published.add(id);
+      return n;
+    },
+  );
   const finished = await waitUntil(allAcked, SCENARIO_BUDGET_MS - (Date.now() - started), 50);
   const elapsed = Date.now() - started;
   if (!finished) {
     const missing = [...published].filter((id) => !successes.has(id));
-    ledger.problem(`${missing.length} of ${published.size} messages never acked successfully, e.g. ${missing.slice(0, 10).map((id) => `${id} (holder ${JSON.stringify(ledger.holderOf(id))})`).join(', ')}`);
+    ledger.problem(
+      `${missing.length} of ${published.size} messages never acked successfully, e.g. ${missing
+        .slice(0, 10)
+        .map((id) => `${id} (holder ${JSON.stringify(ledger.holderOf(id))})`)
+        .join(', ')}`,
+    );
   }
   stopped = true;
   await Promise.race([Promise.all(running), sleep(8000)]);
@@ -434,7 +485,11 @@ t.test('exactly-once subscription: every message acked exactly once, never deliv
   t.strictSame(twice, [], 'no message was acked successfully twice');
   const unknown = [...successes.keys()].filter((id) => !published.has(id));
   t.strictSame(unknown, [], 'no unknown message was delivered');
-  t.strictSame(ledger.problems, [], 'no delivery while another was outstanding, no failed ack or nack of a current delivery');
+  t.strictSame(
+    ledger.problems,
+    [],
+    'no delivery while another was outstanding, no failed ack or nack of a current delivery',
+  );
   t.ok(ledger.redeliveries > 0, `nacks and disconnects caused redeliveries (${ledger.redeliveries})`);
   await checkDrained(t, brokers, 'eod-sub');
 });
@@ -456,17 +511,22 @@ t.test('ordered subscription: each key in publish order, whoever receives it, al
     eod: false,
     arrived: (sub, m) => {
       const { k, key, index } = parse(m);
-      if (m.message.orderingKey !== key) ledger.problem(`message ${m.message.messageId}: orderingKey ${m.message.orderingKey}, data says ${key}`);
+      if (m.message.orderingKey !== key)
+        ledger.problem(`message ${m.message.messageId}: orderingKey ${m.message.orderingKey}, data says ${key}`);
       if (index === expectedNext[k]) {
         expectedNext[k] = index + 1;
       } else if (index < expectedNext[k]) {
         if (index !== ackPrefix[k]) {
-          ledger.problem(`key ${key}: subscriber ${sub} got index ${index} after ${expectedNext[k] - 1}; a redelivery must restart at the oldest un-acked index ${ackPrefix[k]}`);
+          ledger.problem(
+            `key ${key}: subscriber ${sub} got index ${index} after ${expectedNext[k] - 1}; a redelivery must restart at the oldest un-acked index ${ackPrefix[k]}`,
+          );
         }
         restarts++;
         expectedNext[k] = index + 1;
       } else {
-        ledger.problem(`key ${key}: subscriber ${sub} got index ${index} but index ${expectedNext[k]} was never delivered before it (reordered or skipped)`);
+        ledger.problem(
+          `key ${key}: subscriber ${sub} got index ${index} but index ${expectedNext[k]} was never delivered before it (reordered or skipped)`,
+        );
         expectedNext[k] = index + 1;
       }
     },
@@ -494,30 +554,43 @@ t.test('ordered subscription: each key in publish order, whoever receives it, al
       }
       // Later messages of a nacked key held from other frames are revoked as well.
       for (const [ackId, held] of sub.held) {
-        if (nackedKeys.has(parse(held.message).k) && !nack.includes(ackId) && !drop.includes(ackId) && !ack.includes(ackId)) drop.push(ackId);
+        if (
+          nackedKeys.has(parse(held.message).k) &&
+          !nack.includes(ackId) &&
+          !drop.includes(ackId) &&
+          !ack.includes(ackId)
+        )
+          drop.push(ackId);
       }
       return { ack, nack, drop };
     },
   };
-  const subscribers = Array.from({ length: SUBSCRIBERS }, (_, i) => new Subscriber(i, 'ord-sub', brokers, ledger, policy, rnd.int(10, 100)));
+  const subscribers = Array.from(
+    { length: SUBSCRIBERS },
+    (_, i) => new Subscriber(i, 'ord-sub', brokers, ledger, policy, rnd.int(10, 100)),
+  );
   let total = 0;
   const allAcked = () => total === MESSAGES && acked === MESSAGES;
   let stopped = false;
   const started = Date.now();
   const running = subscribers.map((s) => s.run(() => stopped || allAcked(), started + DISRUPT_FOR_MS));
   // Each key belongs to one publisher, which publishes it sequentially: publish order is defined.
-  const publishMs = await publishers(PUBLISH_PAUSE_MS.ordered, (text) => ledger.problem(text), async (p) => {
-    const own = Array.from({ length: KEYS }, (_, k) => k).filter((k) => k % PUBLISHERS === p);
-    const k = rnd.pick(own);
-    const n = Math.min(rnd.int(1, 5), MESSAGES - total);
-    if (n <= 0) return 0;
-    total += n;
-    const first = publishedPerKey[k];
-    publishedPerKey[k] += n;
-    const messages = Array.from({ length: n }, (_, i) => ({ data: b64(`k${k}:${first + i}`), orderingKey: `k${k}` }));
-    const reply = await call(pickBroker().url, 'POST', `/v1/projects/${P}/topics/ord-topic:publish`, { messages });
-    return reply.status === 200 ? n : -1;
-  });
+  const publishMs = await publishers(
+    PUBLISH_PAUSE_MS.ordered,
+    (text) => ledger.problem(text),
+    async (p) => {
+      const own = Array.from({ length: KEYS }, (_, k) => k).filter((k) => k % PUBLISHERS === p);
+      const k = rnd.pick(own);
+      const n = Math.min(rnd.int(1, 5), MESSAGES - total);
+      if (n <= 0) return 0;
+      total += n;
+      const first = publishedPerKey[k];
+      publishedPerKey[k] += n;
+      const messages = Array.from({ length: n }, (_, i) => ({ data: b64(`k${k}:${first + i}`), orderingKey: `k${k}` }));
+      const reply = await call(pickBroker().url, 'POST', `/v1/projects/${P}/topics/ord-topic:publish`, { messages });
+      return reply.status === 200 ? n : -1;
+    },
+  );
   const finished = await waitUntil(allAcked, SCENARIO_BUDGET_MS - (Date.now() - started), 50);
   const elapsed = Date.now() - started;
   if (!finished) {

@@ -80,17 +80,24 @@ async function openBroker(t: Test, options: BrokerOptions = {}) {
   };
   const ok = async (method: string, url: string, body?: unknown) => {
     const reply = await api(method, url, body);
-    if (reply.status !== 200) throw new Error(`${method} ${url} answered ${reply.status} ${JSON.stringify(reply.body)}`);
+    if (reply.status !== 200)
+      throw new Error(`${method} ${url} answered ${reply.status} ${JSON.stringify(reply.body)}`);
     return reply.body;
   };
   const topic = async (id: string) => ok('PUT', `/v1/projects/${P}/topics/${id}`, {});
   const subscription = async (id: string, topicId: string, extra: Record<string, unknown> = {}) =>
     ok('PUT', `/v1/projects/${P}/subscriptions/${id}`, { topic: `projects/${P}/topics/${topicId}`, ...extra });
-  const publish = async (topicId: string, messages: { data?: string; attributes?: Record<string, string>; orderingKey?: string }[]) =>
-    (await ok('POST', `/v1/projects/${P}/topics/${topicId}:publish`, { messages })).messageIds as string[];
+  const publish = async (
+    topicId: string,
+    messages: { data?: string; attributes?: Record<string, string>; orderingKey?: string }[],
+  ) => (await ok('POST', `/v1/projects/${P}/topics/${topicId}:publish`, { messages })).messageIds as string[];
   const streamUrl = (sub: string) => `ws://127.0.0.1:${port}/v1/projects/${P}/subscriptions/${sub}:streamingPull`;
   /** Opens a stream; with `first`, sends it and waits for the subscriptionProperties frame. */
-  const open = async (sub: string, first?: Record<string, unknown>, wsOptions: ConstructorParameters<typeof StreamClient>[1] = {}) => {
+  const open = async (
+    sub: string,
+    first?: Record<string, unknown>,
+    wsOptions: ConstructorParameters<typeof StreamClient>[1] = {},
+  ) => {
     const client = new StreamClient(streamUrl(sub), { headers, ...wsOptions });
     clients.push(client);
     await client.opened;
@@ -104,18 +111,33 @@ async function openBroker(t: Test, options: BrokerOptions = {}) {
 }
 
 /** Waits until the server holds at most `count` WebSockets (a client's close has been processed). */
-async function serverSockets(b: { app: { websocketServer: { clients: Set<unknown> } } }, count: number, timeoutMs = 2000) {
+async function serverSockets(
+  b: { app: { websocketServer: { clients: Set<unknown> } } },
+  count: number,
+  timeoutMs = 2000,
+) {
   const giveUpAt = Date.now() + timeoutMs;
   while (b.app.websocketServer.clients.size > count && Date.now() < giveUpAt) await sleep(5);
   return b.app.websocketServer.clients.size;
 }
 
 const fullSub = (id: string) => `projects/${P}/subscriptions/${id}`;
-const first = (id: string, extra: Record<string, unknown> = {}) => ({ subscription: fullSub(id), streamAckDeadlineSeconds: 60, ...extra });
+const first = (id: string, extra: Record<string, unknown> = {}) => ({
+  subscription: fullSub(id),
+  streamAckDeadlineSeconds: 60,
+  ...extra,
+});
 const bytesOf = (n: number, tag: string) => b64(tag.padEnd(n, '.'));
 
 /** The stream must send one error frame and then close with `closeCode` and the same error as reason. */
-async function expectRefusal(t: Test, client: StreamClient, status: string, httpCode: number, closeCode: number, what: string) {
+async function expectRefusal(
+  t: Test,
+  client: StreamClient,
+  status: string,
+  httpCode: number,
+  closeCode: number,
+  what: string,
+) {
   const close = await client.waitClose(3000).catch((error) => {
     t.fail(`${what}: ${error.message}`);
     return undefined;
@@ -129,7 +151,11 @@ async function expectRefusal(t: Test, client: StreamClient, status: string, http
     reason = close.reason;
   }
   t.match(reason, { error: { code: httpCode, status, message: String } }, `${what}: close reason is the JSON error`);
-  t.same(Object.keys(reason?.error ?? {}).sort(), ['code', 'message', 'status'], `${what}: close reason has exactly code/message/status`);
+  t.same(
+    Object.keys(reason?.error ?? {}).sort(),
+    ['code', 'message', 'status'],
+    `${what}: close reason has exactly code/message/status`,
+  );
   const errors = client.frames.filter((f) => f?.error !== undefined);
   t.equal(errors.length, 1, `${what}: exactly one error frame`);
   t.match(errors[0], { error: { code: httpCode, status, message: String } }, `${what}: error frame before the close`);
@@ -145,20 +171,29 @@ t.test('first-frame rules and refused frames', async (t) => {
     const client = await b.open('sub1');
     client.send(frame, binary);
     await expectRefusal(t, client, 'INVALID_ARGUMENT', 400, 4003, what);
-    t.notOk(client.frames.some((f) => f?.subscriptionProperties), `${what}: no subscriptionProperties`);
+    t.notOk(
+      client.frames.some((f) => f?.subscriptionProperties),
+      `${what}: no subscriptionProperties`,
+    );
   };
   await refusedFirst('missing streamAckDeadlineSeconds', { subscription: fullSub('sub1') });
   await refusedFirst('streamAckDeadlineSeconds 9', first('sub1', { streamAckDeadlineSeconds: 9 }));
   await refusedFirst('streamAckDeadlineSeconds 601', first('sub1', { streamAckDeadlineSeconds: 601 }));
   await refusedFirst('streamAckDeadlineSeconds not an integer', first('sub1', { streamAckDeadlineSeconds: 10.5 }));
   await refusedFirst('subscription mismatching the path', first('sub1', { subscription: fullSub('sub2') }));
-  await refusedFirst('subscription of another project', first('sub1', { subscription: `projects/other/subscriptions/sub1` }));
+  await refusedFirst(
+    'subscription of another project',
+    first('sub1', { subscription: `projects/other/subscriptions/sub1` }),
+  );
   await refusedFirst('unknown field', first('sub1', { maxMessages: 10 }));
   await refusedFirst('malformed JSON', '{"streamAckDeadlineSeconds": 10');
   await refusedFirst('a JSON array', '[]');
   await refusedFirst('JSON null', 'null');
   await refusedFirst('binary frame', Buffer.from(JSON.stringify(first('sub1'))), true);
-  await refusedFirst('frame over 1 MiB', JSON.stringify({ ...first('sub1'), clientId: 'x', ackIds: ['a'.repeat(1024 * 1024)] }));
+  await refusedFirst(
+    'frame over 1 MiB',
+    JSON.stringify({ ...first('sub1'), clientId: 'x', ackIds: ['a'.repeat(1024 * 1024)] }),
+  );
 
   // Between 1 MiB and the 2 MiB WebSocket limit the stream answers; beyond, the ws layer closes with 1009.
   {
@@ -173,12 +208,19 @@ t.test('first-frame rules and refused frames', async (t) => {
     ['streamAckDeadlineSeconds 10', first('sub1', { streamAckDeadlineSeconds: 10 })],
     ['streamAckDeadlineSeconds 600', first('sub1', { streamAckDeadlineSeconds: 600 })],
     ['no subscription field', { streamAckDeadlineSeconds: 30 }],
-    ['every first-frame field', first('sub1', { clientId: 'c-1', maxOutstandingMessages: '5', maxOutstandingBytes: 1000, protocolVersion: 1 })],
+    [
+      'every first-frame field',
+      first('sub1', { clientId: 'c-1', maxOutstandingMessages: '5', maxOutstandingBytes: 1000, protocolVersion: 1 }),
+    ],
   ] as const) {
     const client = await b.open('sub1');
     client.send(frame);
     const reply = await client.take(() => true, 3000).catch((error) => error.message);
-    t.strictSame(reply, { subscriptionProperties: { exactlyOnceDeliveryEnabled: false, messageOrderingEnabled: false } }, `${what}: accepted`);
+    t.strictSame(
+      reply,
+      { subscriptionProperties: { exactlyOnceDeliveryEnabled: false, messageOrderingEnabled: false } },
+      `${what}: accepted`,
+    );
     t.ok(client.isOpen, `${what}: stream open`);
     client.terminate();
   }
@@ -200,7 +242,13 @@ t.test('first-frame rules and refused frames', async (t) => {
     const client = await b.open('sub1', first('sub1'));
     client.send({ streamAckDeadlineSeconds: 20 });
     client.send({});
-    t.ok(await client.take(isHeartbeat, 1000, 'keep-alive answer').then(() => true, () => false), 'a later streamAckDeadlineSeconds is accepted');
+    t.ok(
+      await client.take(isHeartbeat, 1000, 'keep-alive answer').then(
+        () => true,
+        () => false,
+      ),
+      'a later streamAckDeadlineSeconds is accepted',
+    );
     t.ok(client.isOpen, 'stream still open after changing streamAckDeadlineSeconds');
   }
 
@@ -233,7 +281,11 @@ t.test('the first server frame is subscriptionProperties with the subscription f
     const client = await b.open(`props-${id}`);
     client.send(first(`props-${id}`));
     const frame = await client.take();
-    t.strictSame(frame, { subscriptionProperties: { exactlyOnceDeliveryEnabled: eod, messageOrderingEnabled: ordered } }, `${id}: first frame`);
+    t.strictSame(
+      frame,
+      { subscriptionProperties: { exactlyOnceDeliveryEnabled: eod, messageOrderingEnabled: ordered } },
+      `${id}: first frame`,
+    );
   }
 });
 
@@ -280,7 +332,10 @@ t.test('flow control: maxOutstandingMessages', async (t) => {
   await b.topic('topic1');
   await b.subscription('sub1', 'topic1');
   const client = await b.open('sub1', first('sub1', { maxOutstandingMessages: 2 }));
-  await b.publish('topic1', [1, 2, 3, 4, 5, 6].map((i) => ({ data: b64(`m${i}`) })));
+  await b.publish(
+    'topic1',
+    [1, 2, 3, 4, 5, 6].map((i) => ({ data: b64(`m${i}`) })),
+  );
   const firstTwo = await client.takeMessages(2);
   t.equal(firstTwo.length, 2, 'two messages delivered');
   t.ok(await client.quiet(700), 'nothing more while 2 are outstanding');
@@ -314,7 +369,10 @@ t.test('flow control: maxOutstandingMessages', async (t) => {
   // maxOutstandingMessages <= 0 means no limit.
   await b.subscription('sub2', 'topic1');
   const unlimited = await b.open('sub2', first('sub2', { maxOutstandingMessages: 0 }));
-  await b.publish('topic1', Array.from({ length: 20 }, (_, i) => ({ data: b64(`u${i}`) })));
+  await b.publish(
+    'topic1',
+    Array.from({ length: 20 }, (_, i) => ({ data: b64(`u${i}`) })),
+  );
   t.equal((await unlimited.takeMessages(20)).length, 20, 'maxOutstandingMessages 0: all 20 delivered');
 });
 
@@ -342,11 +400,17 @@ t.test('flow control: maxOutstandingBytes', async (t) => {
   // message past it), not hand out a whole pull batch.
   await b.subscription('sub2', 'topic1');
   const burst = await b.open('sub2', first('sub2', { maxOutstandingBytes: 250 }));
-  await b.publish('topic1', Array.from({ length: 10 }, (_, i) => ({ data: bytesOf(99, `b${i}`) })));
+  await b.publish(
+    'topic1',
+    Array.from({ length: 10 }, (_, i) => ({ data: bytesOf(99, `b${i}`) })),
+  );
   await burst.takeMessages(1);
   await sleep(500);
   const delivered = burst.frames.filter(hasMessages).flatMap((f) => f.receivedMessages).length;
-  t.ok(delivered <= 3, `a burst of ten 99-byte messages with maxOutstandingBytes 250 delivers at most 3 before an ack (delivered ${delivered})`);
+  t.ok(
+    delivered <= 3,
+    `a burst of ten 99-byte messages with maxOutstandingBytes 250 delivers at most 3 before an ack (delivered ${delivered})`,
+  );
 });
 
 t.test('exactly-once: acknowledgeConfirmation and modifyAckDeadlineConfirmation', async (t) => {
@@ -356,57 +420,104 @@ t.test('exactly-once: acknowledgeConfirmation and modifyAckDeadlineConfirmation'
   await b.subscription('other', 'topic1', { enableExactlyOnceDelivery: true });
   const client = await b.open('eod', first('eod'));
   const other = await b.open('other', first('other'));
-  await b.publish('topic1', ['m1', 'm2', 'm3', 'm4'].map((s) => ({ data: b64(s) })));
+  await b.publish(
+    'topic1',
+    ['m1', 'm2', 'm3', 'm4'].map((s) => ({ data: b64(s) })),
+  );
   const messages = await client.takeMessages(4);
   const [a1, a2, a3, a4] = messages.map((m) => m.ackId);
   const byText = Object.fromEntries(messages.map((m) => [unb64(m.message.data), m]));
   t.same(Object.keys(byText).sort(), ['m1', 'm2', 'm3', 'm4'], 'four messages delivered');
   const foreign = (await other.takeMessages(4))[0].ackId;
 
-  const ackConfirmation = () => client.take((f) => f?.acknowledgeConfirmation !== undefined, 3000, 'acknowledgeConfirmation');
-  const modConfirmation = () => client.take((f) => f?.modifyAckDeadlineConfirmation !== undefined, 3000, 'modifyAckDeadlineConfirmation');
+  const ackConfirmation = () =>
+    client.take((f) => f?.acknowledgeConfirmation !== undefined, 3000, 'acknowledgeConfirmation');
+  const modConfirmation = () =>
+    client.take((f) => f?.modifyAckDeadlineConfirmation !== undefined, 3000, 'modifyAckDeadlineConfirmation');
 
   client.send({ ackIds: [a1, 'bogus-ack-id', foreign] });
-  t.strictSame(await ackConfirmation(), {
-    acknowledgeConfirmation: { ackIds: [a1], invalidAckIds: ['bogus-ack-id', foreign], unorderedAckIds: [], temporaryFailedAckIds: [] },
-  }, 'valid ack confirmed; bogus and other-subscription IDs invalid');
+  t.strictSame(
+    await ackConfirmation(),
+    {
+      acknowledgeConfirmation: {
+        ackIds: [a1],
+        invalidAckIds: ['bogus-ack-id', foreign],
+        unorderedAckIds: [],
+        temporaryFailedAckIds: [],
+      },
+    },
+    'valid ack confirmed; bogus and other-subscription IDs invalid',
+  );
 
   client.send({ ackIds: [a1] });
-  t.strictSame(await ackConfirmation(), {
-    acknowledgeConfirmation: { ackIds: [], invalidAckIds: [a1], unorderedAckIds: [], temporaryFailedAckIds: [] },
-  }, 'a second ack of the same ID is invalid');
+  t.strictSame(
+    await ackConfirmation(),
+    {
+      acknowledgeConfirmation: { ackIds: [], invalidAckIds: [a1], unorderedAckIds: [], temporaryFailedAckIds: [] },
+    },
+    'a second ack of the same ID is invalid',
+  );
 
   client.send({ modifyDeadlineAckIds: [a2, 'bogus-ack-id', a1], modifyDeadlineSeconds: [30, 30, 30] });
-  t.strictSame(await modConfirmation(), {
-    modifyAckDeadlineConfirmation: { ackIds: [a2], invalidAckIds: ['bogus-ack-id', a1], temporaryFailedAckIds: [] },
-  }, 'extension confirmed; bogus and acked IDs invalid');
+  t.strictSame(
+    await modConfirmation(),
+    {
+      modifyAckDeadlineConfirmation: { ackIds: [a2], invalidAckIds: ['bogus-ack-id', a1], temporaryFailedAckIds: [] },
+    },
+    'extension confirmed; bogus and acked IDs invalid',
+  );
 
   client.send({ modifyDeadlineAckIds: [a3], modifyDeadlineSeconds: [0] });
-  t.strictSame(await modConfirmation(), {
-    modifyAckDeadlineConfirmation: { ackIds: [a3], invalidAckIds: [], temporaryFailedAckIds: [] },
-  }, 'nack confirmed');
+  t.strictSame(
+    await modConfirmation(),
+    {
+      modifyAckDeadlineConfirmation: { ackIds: [a3], invalidAckIds: [], temporaryFailedAckIds: [] },
+    },
+    'nack confirmed',
+  );
   const [again] = await client.takeMessages(1);
   t.equal(again.message.messageId, byText.m3.message.messageId, 'the nacked message is delivered again');
   t.not(again.ackId, a3, 'with a new ack ID');
 
   client.send({ ackIds: [a3, again.ackId] });
-  t.strictSame(await ackConfirmation(), {
-    acknowledgeConfirmation: { ackIds: [again.ackId], invalidAckIds: [a3], unorderedAckIds: [], temporaryFailedAckIds: [] },
-  }, 'stale ack ID (before the nack) invalid; the current one confirmed');
+  t.strictSame(
+    await ackConfirmation(),
+    {
+      acknowledgeConfirmation: {
+        ackIds: [again.ackId],
+        invalidAckIds: [a3],
+        unorderedAckIds: [],
+        temporaryFailedAckIds: [],
+      },
+    },
+    'stale ack ID (before the nack) invalid; the current one confirmed',
+  );
 
   client.send({ modifyDeadlineAckIds: [a3], modifyDeadlineSeconds: [0] });
-  t.strictSame(await modConfirmation(), {
-    modifyAckDeadlineConfirmation: { ackIds: [], invalidAckIds: [a3], temporaryFailedAckIds: [] },
-  }, 'nack of a stale ID invalid');
+  t.strictSame(
+    await modConfirmation(),
+    {
+      modifyAckDeadlineConfirmation: { ackIds: [], invalidAckIds: [a3], temporaryFailedAckIds: [] },
+    },
+    'nack of a stale ID invalid',
+  );
 
   // One frame with an ack and a mixed modify (extension + nack): one confirmation of each kind.
   client.send({ ackIds: [a2], modifyDeadlineAckIds: [a4, a2], modifyDeadlineSeconds: [45, 0] });
-  t.strictSame(await ackConfirmation(), {
-    acknowledgeConfirmation: { ackIds: [a2], invalidAckIds: [], unorderedAckIds: [], temporaryFailedAckIds: [] },
-  }, 'ack in a combined frame');
-  t.strictSame(await modConfirmation(), {
-    modifyAckDeadlineConfirmation: { ackIds: [a4], invalidAckIds: [a2], temporaryFailedAckIds: [] },
-  }, 'modify in a combined frame: acks are applied first, so the nack of the acked ID is invalid');
+  t.strictSame(
+    await ackConfirmation(),
+    {
+      acknowledgeConfirmation: { ackIds: [a2], invalidAckIds: [], unorderedAckIds: [], temporaryFailedAckIds: [] },
+    },
+    'ack in a combined frame',
+  );
+  t.strictSame(
+    await modConfirmation(),
+    {
+      modifyAckDeadlineConfirmation: { ackIds: [a4], invalidAckIds: [a2], temporaryFailedAckIds: [] },
+    },
+    'modify in a combined frame: acks are applied first, so the nack of the acked ID is invalid',
+  );
 
   client.send({ ackIds: [a4] });
   t.strictSame((await ackConfirmation()).acknowledgeConfirmation.ackIds, [a4], 'the extended message is acked');
@@ -431,7 +542,10 @@ t.test('not exactly-once: ack ID rules on the stream', async (t) => {
   client.send({ modifyDeadlineAckIds: [m2.ackId, m1.ackId], modifyDeadlineSeconds: [20, 0] });
   await client.roundTrip(1000);
   t.ok(client.isOpen, 'stale well-formed ack IDs are ignored');
-  t.notOk(client.frames.some((f) => f?.acknowledgeConfirmation || f?.modifyAckDeadlineConfirmation), 'no confirmations without exactly-once');
+  t.notOk(
+    client.frames.some((f) => f?.acknowledgeConfirmation || f?.modifyAckDeadlineConfirmation),
+    'no confirmations without exactly-once',
+  );
   // The stale ack did not end the current delivery: nacking it brings the message back once more.
   client.send({ modifyDeadlineAckIds: [m2again.ackId], modifyDeadlineSeconds: [0] });
   const [third] = await client.takeMessages(1);
@@ -445,9 +559,18 @@ t.test('not exactly-once: ack ID rules on the stream', async (t) => {
     await expectRefusal(t, s, 'INVALID_ARGUMENT', 400, 4003, what);
   };
   await refused('malformed ack ID in ackIds', { ackIds: ['not-an-ack-id'] });
-  await refused('malformed ack ID in modifyDeadlineAckIds', { modifyDeadlineAckIds: ['not-an-ack-id'], modifyDeadlineSeconds: [10] });
-  await refused('length mismatch (more seconds)', { modifyDeadlineAckIds: [third.ackId], modifyDeadlineSeconds: [10, 10] });
-  await refused('length mismatch (more ack IDs)', { modifyDeadlineAckIds: [third.ackId, m1.ackId], modifyDeadlineSeconds: [10] });
+  await refused('malformed ack ID in modifyDeadlineAckIds', {
+    modifyDeadlineAckIds: ['not-an-ack-id'],
+    modifyDeadlineSeconds: [10],
+  });
+  await refused('length mismatch (more seconds)', {
+    modifyDeadlineAckIds: [third.ackId],
+    modifyDeadlineSeconds: [10, 10],
+  });
+  await refused('length mismatch (more ack IDs)', {
+    modifyDeadlineAckIds: [third.ackId, m1.ackId],
+    modifyDeadlineSeconds: [10],
+  });
   await refused('seconds without ack IDs', { modifyDeadlineSeconds: [10] });
   await refused('negative modifyDeadlineSeconds', { modifyDeadlineAckIds: [third.ackId], modifyDeadlineSeconds: [-1] });
   await refused('modifyDeadlineSeconds 601', { modifyDeadlineAckIds: [third.ackId], modifyDeadlineSeconds: [601] });
@@ -486,7 +609,10 @@ t.test('nacks on the stream redeliver, to this or another stream', async (t) => 
   const [back] = await stayer.takeMessages(1);
   t.equal(back.message.messageId, n2.message.messageId, 'a nack sent on another stream redelivers there');
   // And a unary nack (modifyAckDeadline 0) of a stream delivery wakes the stream too.
-  const reply = await b.api('POST', `/v1/projects/${P}/subscriptions/sub1:modifyAckDeadline`, { ackIds: [back.ackId], ackDeadlineSeconds: 0 });
+  const reply = await b.api('POST', `/v1/projects/${P}/subscriptions/sub1:modifyAckDeadline`, {
+    ackIds: [back.ackId],
+    ackDeadlineSeconds: 0,
+  });
   t.equal(reply.status, 200, 'unary nack answers 200');
   const [back2] = await stayer.takeMessages(1);
   t.equal(back2.message.messageId, n2.message.messageId, 'a unary nack redelivers on the stream');
@@ -512,7 +638,11 @@ t.test('streamAckDeadlineSeconds is the lease of stream deliveries (ManualClock)
   clock.advanceSeconds(2);
   const late = await b.open('sub1', first('sub1'));
   const [again] = await late.takeMessages(1, 2000);
-  t.equal(again.message.messageId, m.message.messageId, 'delivered again to another stream after 11 s (the stream deadline, not the 600 s of the subscription)');
+  t.equal(
+    again.message.messageId,
+    m.message.messageId,
+    'delivered again to another stream after 11 s (the stream deadline, not the 600 s of the subscription)',
+  );
   late.send({ ackIds: [again.ackId] });
   await late.roundTrip();
   late.terminate();
@@ -618,37 +748,59 @@ t.test('subscription changes reach open streams', async (t) => {
   const client = await b.open('sub1', first('sub1'));
   await sleep(2 * HEARTBEAT_MS);
   const patch = (on: boolean) =>
-    b.ok('PATCH', `/v1/projects/${P}/subscriptions/sub1`, { subscription: { enableExactlyOnceDelivery: on }, updateMask: 'enableExactlyOnceDelivery' });
+    b.ok('PATCH', `/v1/projects/${P}/subscriptions/sub1`, {
+      subscription: { enableExactlyOnceDelivery: on },
+      updateMask: 'enableExactlyOnceDelivery',
+    });
 
   const seen = client.frames.length;
   await patch(true);
   // The next frame carries the new properties; one heartbeat that was already on its way as the
   // PATCH landed is tolerated.
   const props = await client
-    .take((f) => f?.subscriptionProperties !== undefined, 2 * HEARTBEAT_MS + 200, 'subscriptionProperties after the PATCH')
+    .take(
+      (f) => f?.subscriptionProperties !== undefined,
+      2 * HEARTBEAT_MS + 200,
+      'subscriptionProperties after the PATCH',
+    )
     .catch(() => undefined);
   const before = props ? client.frames.slice(seen, client.frames.indexOf(props)) : client.frames.slice(seen);
-  t.strictSame(props, { subscriptionProperties: { exactlyOnceDeliveryEnabled: true, messageOrderingEnabled: false } },
-    'an idle stream gets the new subscriptionProperties right after exactly-once is enabled (no publish needed)');
-  t.ok(props && before.length <= 1 && before.every(isHeartbeat),
-    `and it is the next server frame (at most one heartbeat in flight before it; frames before it: ${JSON.stringify(before)})`);
+  t.strictSame(
+    props,
+    { subscriptionProperties: { exactlyOnceDeliveryEnabled: true, messageOrderingEnabled: false } },
+    'an idle stream gets the new subscriptionProperties right after exactly-once is enabled (no publish needed)',
+  );
+  t.ok(
+    props && before.length <= 1 && before.every(isHeartbeat),
+    `and it is the next server frame (at most one heartbeat in flight before it; frames before it: ${JSON.stringify(before)})`,
+  );
 
   // Once a publish wakes the stream the new properties arrive before (or with) the message.
   await b.publish('topic1', [{ data: b64('after-patch') }]);
   const [m] = await client.takeMessages(1);
   const messageFrame = client.frames.findIndex((f) => hasMessages(f));
-  const propsFrames = client.frames.slice(0, messageFrame + 1).filter((f) => f?.subscriptionProperties?.exactlyOnceDeliveryEnabled === true);
+  const propsFrames = client.frames
+    .slice(0, messageFrame + 1)
+    .filter((f) => f?.subscriptionProperties?.exactlyOnceDeliveryEnabled === true);
   t.ok(propsFrames.length >= 1, 'exactly-once properties sent no later than the next message');
   client.send({ ackIds: [m.ackId] });
-  const confirmation = await client.take((f) => f?.acknowledgeConfirmation, 2000, 'acknowledgeConfirmation').catch(() => undefined);
-  t.strictSame(confirmation?.acknowledgeConfirmation?.ackIds, [m.ackId], 'acks on the stream are confirmed once exactly-once is on');
+  const confirmation = await client
+    .take((f) => f?.acknowledgeConfirmation, 2000, 'acknowledgeConfirmation')
+    .catch(() => undefined);
+  t.strictSame(
+    confirmation?.acknowledgeConfirmation?.ackIds,
+    [m.ackId],
+    'acks on the stream are confirmed once exactly-once is on',
+  );
 
   const seen2 = client.frames.length;
   await patch(false);
   await b.publish('topic1', [{ data: b64('after-patch-2') }]);
   await client.takeMessages(1);
-  t.ok(client.frames.slice(seen2).some((f) => f?.subscriptionProperties?.exactlyOnceDeliveryEnabled === false),
-    'disabling exactly-once is announced too');
+  t.ok(
+    client.frames.slice(seen2).some((f) => f?.subscriptionProperties?.exactlyOnceDeliveryEnabled === false),
+    'disabling exactly-once is announced too',
+  );
 });
 
 t.test('deleting the subscription ends its streams with NOT_FOUND (4005)', async (t) => {
@@ -682,7 +834,8 @@ t.test('deleting the subscription ends its streams with NOT_FOUND (4005)', async
   const lastClose = await last.waitClose(2000).catch(() => undefined);
   t.ok(lastClose, 'the stream of the last subscription of a topic is closed too (within 2 s)');
   if (lastClose) await expectRefusal(t, last, 'NOT_FOUND', 404, 4005, 'stream of the deleted last subscription');
-  else t.ok(last.frames.slice(-3).every(isHeartbeat), 'it is still open, sending heartbeats for a deleted subscription');
+  else
+    t.ok(last.frames.slice(-3).every(isHeartbeat), 'it is still open, sending heartbeats for a deleted subscription');
 });
 
 t.test('app.close() ends open streams with UNAVAILABLE (4014)', async (t) => {
@@ -718,12 +871,23 @@ t.test('unary acknowledge of stream deliveries', async (t) => {
   t.strictSame(reply, { status: 200, body: {} }, 'unary acknowledge of a stream delivery (exactly-once)');
   eod.send({ ackIds: [em[0].ackId, em[1].ackId] });
   const confirmation = await eod.take((f) => f?.acknowledgeConfirmation, 2000, 'acknowledgeConfirmation');
-  t.strictSame(confirmation.acknowledgeConfirmation, {
-    ackIds: [em[1].ackId], invalidAckIds: [em[0].ackId], unorderedAckIds: [], temporaryFailedAckIds: [],
-  }, 'the stream sees the unary ack: the ID is no longer valid');
+  t.strictSame(
+    confirmation.acknowledgeConfirmation,
+    {
+      ackIds: [em[1].ackId],
+      invalidAckIds: [em[0].ackId],
+      unorderedAckIds: [],
+      temporaryFailedAckIds: [],
+    },
+    'the stream sees the unary ack: the ID is no longer valid',
+  );
   reply = await b.api('POST', `/v1/projects/${P}/subscriptions/eod:acknowledge`, { ackIds: [em[1].ackId] });
   t.equal(reply.status, 400, 'a unary ack of an ID acked on the stream fails (exactly-once)');
-  t.equal(reply.body?.error?.details?.[0]?.metadata?.[em[1].ackId], 'PERMANENT_FAILURE_INVALID_ACK_ID', 'with the per-ID failure');
+  t.equal(
+    reply.body?.error?.details?.[0]?.metadata?.[em[1].ackId],
+    'PERMANENT_FAILURE_INVALID_ACK_ID',
+    'with the per-ID failure',
+  );
 });
 
 t.test('a plain GET of the streamingPull URL answers FAILED_PRECONDITION', async (t) => {
@@ -738,22 +902,35 @@ t.test('a plain GET of the streamingPull URL answers FAILED_PRECONDITION', async
   t.same(Object.keys(body), ['error'], 'nothing but the envelope');
   const missing = await fetch(`http://127.0.0.1:${b.port}/v1/projects/${P}/subscriptions/nope:streamingPull`);
   t.equal(missing.status, 400, 'same answer for a missing subscription (no upgrade, no lookup)');
-  const post = await fetch(`http://127.0.0.1:${b.port}/v1/projects/${P}/subscriptions/sub1:streamingPull`, { method: 'POST', body: '{}' });
+  const post = await fetch(`http://127.0.0.1:${b.port}/v1/projects/${P}/subscriptions/sub1:streamingPull`, {
+    method: 'POST',
+    body: '{}',
+  });
   t.equal(post.status, 404, 'POST is no route');
   t.match(await post.json(), { error: { code: 404, status: 'NOT_FOUND' } }, 'in the error envelope');
 });
 
 t.test('onRequest authentication guards REST calls and the WebSocket upgrade', async (t) => {
   const onRequest = async (request: FastifyRequest) => {
-    if (request.headers.authorization !== 'Bearer ok') throw new ApiError('UNAUTHENTICATED', 'Missing or invalid credentials.');
+    if (request.headers.authorization !== 'Bearer ok')
+      throw new ApiError('UNAUTHENTICATED', 'Missing or invalid credentials.');
   };
   const b = await openBroker(t, { onRequest, headers: { authorization: 'Bearer ok' } });
   await b.topic('topic1');
   await b.subscription('sub1', 'topic1');
 
   const rest = await b.api('GET', `/v1/projects/${P}/subscriptions/sub1`, undefined, {});
-  t.match(rest, { status: 401, body: { error: { code: 401, status: 'UNAUTHENTICATED', message: 'Missing or invalid credentials.' } } }, 'REST without credentials: 401');
-  const restBad = await b.api('GET', `/v1/projects/${P}/subscriptions/sub1`, undefined, { authorization: 'Bearer nope' });
+  t.match(
+    rest,
+    {
+      status: 401,
+      body: { error: { code: 401, status: 'UNAUTHENTICATED', message: 'Missing or invalid credentials.' } },
+    },
+    'REST without credentials: 401',
+  );
+  const restBad = await b.api('GET', `/v1/projects/${P}/subscriptions/sub1`, undefined, {
+    authorization: 'Bearer nope',
+  });
   t.equal(restBad.status, 401, 'REST with wrong credentials: 401');
   const restOk = await b.api('GET', `/v1/projects/${P}/subscriptions/sub1`);
   t.equal(restOk.status, 200, 'REST with credentials: 200');
@@ -762,7 +939,10 @@ t.test('onRequest authentication guards REST calls and the WebSocket upgrade', a
     let opened = false;
     const client = new StreamClient(b.streamUrl('sub1'), { headers });
     client.ws.on('open', () => (opened = true));
-    const error = await client.opened.then(() => undefined, (e: Error) => e);
+    const error = await client.opened.then(
+      () => undefined,
+      (e: Error) => e,
+    );
     t.ok(error, `upgrade with ${JSON.stringify(headers)} refused`);
     t.equal(client.httpRefusal?.status, 401, 'with HTTP 401');
     let body: any;
@@ -786,10 +966,17 @@ t.test('onRequest authentication guards REST calls and the WebSocket upgrade', a
   t.equal(unb64(m.message.data), 'authed', 'with credentials the stream works');
   const started = Date.now();
   const closedInTime = await Promise.race([b.close().then(() => true), sleep(3000).then(() => false)]);
-  t.ok(closedInTime, `app.close() completes after refused upgrades (${closedInTime ? `${Date.now() - started} ms` : 'still waiting after 3 s'})`);
+  t.ok(
+    closedInTime,
+    `app.close() completes after refused upgrades (${closedInTime ? `${Date.now() - started} ms` : 'still waiting after 3 s'})`,
+  );
   if (!closedInTime) for (const socket of b.sockets) socket.destroy();
   await b.close();
-  t.equal(client.closeInfo?.code ?? (await client.waitClose()).code, 4014, 'the authenticated stream was ended with 4014');
+  t.equal(
+    client.closeInfo?.code ?? (await client.waitClose()).code,
+    4014,
+    'the authenticated stream was ended with 4014',
+  );
 });
 
 t.test('a broken client does not disturb another stream of the same subscription', async (t) => {
@@ -840,11 +1027,17 @@ t.test('a broken client does not disturb another stream of the same subscription
   const dead = await b.open('sub1', first('sub1'), { autoPong: false });
   const started = Date.now();
   const close = await dead.waitClose(5 * HEARTBEAT_MS).catch(() => undefined);
-  t.ok(close, `a peer that never answers pings is dropped (${close ? `${Date.now() - started} ms, code ${close.code}` : 'not dropped'})`);
+  t.ok(
+    close,
+    `a peer that never answers pings is dropped (${close ? `${Date.now() - started} ms, code ${close.code}` : 'not dropped'})`,
+  );
   await roundTrip('a dead sibling was dropped');
 
   t.ok(good.isOpen, 'the good stream is open');
-  t.notOk(good.frames.some((f) => f?.error), 'and never got an error');
+  t.notOk(
+    good.frames.some((f) => f?.error),
+    'and never got an error',
+  );
 });
 
 t.test('closing a stream', async (t) => {
@@ -854,7 +1047,10 @@ t.test('closing a stream', async (t) => {
 
   // Acks sent just before a graceful close: every frame that reached the server is handled.
   const a = await b.open('eod', first('eod'));
-  await b.publish('topic1', Array.from({ length: 20 }, (_, i) => ({ data: b64(`close-${i}`) })));
+  await b.publish(
+    'topic1',
+    Array.from({ length: 20 }, (_, i) => ({ data: b64(`close-${i}`) })),
+  );
   const messages = await a.takeMessages(20);
   for (const m of messages) a.send({ ackIds: [m.ackId] });
   a.ws.close(1000);
@@ -862,7 +1058,10 @@ t.test('closing a stream', async (t) => {
   await serverSockets(b, 0);
   await b.app.broker.streams.settled(); // the frames that reached the server are being applied
   const reply = await b.api('POST', `/v1/projects/${P}/subscriptions/eod:acknowledge`, { ackIds: ackIdsOf(messages) });
-  const stillValid = reply.status === 200 ? messages.length : messages.length - Object.keys(reply.body?.error?.details?.[0]?.metadata ?? {}).length;
+  const stillValid =
+    reply.status === 200
+      ? messages.length
+      : messages.length - Object.keys(reply.body?.error?.details?.[0]?.metadata ?? {}).length;
   t.equal(stillValid, 0, `acks sent before a graceful close were all applied (${stillValid} of 20 were dropped)`);
 
   // A client that has sent its close frame gets no new leases: a message published meanwhile is
@@ -876,7 +1075,11 @@ t.test('closing a stream', async (t) => {
   await sleep(300);
   const other = await b.open('eod', first('eod'));
   const got = await other.takeMessages(1, 2000).catch(() => []);
-  t.equal(got.length, 1, 'a message published while a stream was closing reaches an open stream at once (not after the 60 s lease)');
+  t.equal(
+    got.length,
+    1,
+    'a message published while a stream was closing reaches an open stream at once (not after the 60 s lease)',
+  );
   closing.terminate();
 });
 

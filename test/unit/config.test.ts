@@ -13,15 +13,26 @@ t.test('without regions: defaults for a first run', async (t) => {
 t.test('REGIONS lists standalone and cluster regions', async (t) => {
   const config = loadConfig({
     REGION: 'us-east1',
-    REGIONS: 'us-east1=redis://10.0.0.1:6379, europe-west1=cluster://10.1.0.1:7000+10.1.0.2:7000,asia-east1=rediss://h:6380',
+    REGIONS:
+      'us-east1=redis://10.0.0.1:6379, europe-west1=cluster://10.1.0.1:7000+10.1.0.2:7000,asia-east1=rediss://h:6380',
   });
   t.same(config.REGIONS, [
     { name: 'us-east1', url: 'redis://10.0.0.1:6379' },
-    { name: 'europe-west1', clusterNodes: [{ host: '10.1.0.1', port: 7000 }, { host: '10.1.0.2', port: 7000 }] },
+    {
+      name: 'europe-west1',
+      clusterNodes: [
+        { host: '10.1.0.1', port: 7000 },
+        { host: '10.1.0.2', port: 7000 },
+      ],
+    },
     { name: 'asia-east1', url: 'rediss://h:6380' },
   ]);
-  t.same(loadConfig({ REGION: 'us-east1', REGIONS: 'us-east1=redis://10.0.0.1:6379', REDIS_URL: 'redis://10.0.0.1:6379' }).REGION, 'us-east1',
-    'REDIS_URL may name the same server');
+  t.same(
+    loadConfig({ REGION: 'us-east1', REGIONS: 'us-east1=redis://10.0.0.1:6379', REDIS_URL: 'redis://10.0.0.1:6379' })
+      .REGION,
+    'us-east1',
+    'REDIS_URL may name the same server',
+  );
 });
 
 t.test('bad region settings are refused with a message that says what is wrong', async (t) => {
@@ -33,7 +44,10 @@ t.test('bad region settings are refused with a message that says what is wrong',
     [{ REGION: 'a1', REGIONS: 'A1=redis://h:1' }, /"A1=redis:\/\/h:1" is not name=redis:\/\/host:port/],
     [{ REGION: 'a1', REGIONS: 'a1=http://h:1' }, /region a1: "http:\/\/h:1" is not a redis:\/\/ URL/],
     [{ REGION: 'a1', REGIONS: 'a1=cluster://h' }, /region a1: "cluster:\/\/h" is not cluster:\/\/host:port\+host:port/],
-    [{ REGION: 'a1', REGIONS: 'a1=redis://h:1', REDIS_URL: 'redis://other:1' }, /REDIS_URL \(redis:\/\/other:1\) is not region a1's Redis/],
+    [
+      { REGION: 'a1', REGIONS: 'a1=redis://h:1', REDIS_URL: 'redis://other:1' },
+      /REDIS_URL \(redis:\/\/other:1\) is not region a1's Redis/,
+    ],
     [{ REGION: 'a1', REGIONS: 'a1=redis://h:1', REDIS_CLUSTER_NODES: 'h:1' }, /not REDIS_CLUSTER_NODES/],
     [{ REGION: 'Bad_Name', REGIONS: 'a1=redis://h:1' }, /REGION: is not a region name/],
   ];

@@ -7,7 +7,7 @@
 
 import t from 'tap';
 import { liftDataStrings, putBack, refusedByJsonParse } from '../../src/json-body.ts';
-import { randomFromEnv, seededRandom } from '../helpers/random.ts';
+import { randomFromEnv, type seededRandom } from '../helpers/random.ts';
 
 /** JSON.parse's result, or undefined where it throws. */
 function tryParse(text: string): { value: unknown } | undefined {
@@ -39,16 +39,21 @@ t.test('a publish body takes the lifted path and parses exactly as JSON.parse', 
   t.ok(lifted!.skeleton.length < 10_000, `the skeleton is small (${lifted!.skeleton.length} characters)`);
   t.same(parseLifted(text)?.value, JSON.parse(text));
   t.notOk(refusedByJsonParse(parseLifted(text)!.strings), 'JSON.parse accepts it');
-  const withAttribute = JSON.stringify({ messages: [{ data: data[0], attributes: { data: 'an attribute named data' } }] });
+  const withAttribute = JSON.stringify({
+    messages: [{ data: data[0], attributes: { data: 'an attribute named data' } }],
+  });
   t.notOk(parseLifted(withAttribute), 'a "data" string that is not a message\'s data is handed over');
 });
 
-t.test('a raw control character in a message\'s data is lifted, and refusedByJsonParse finds it', async (t) => {
+t.test("a raw control character in a message's data is lifted, and refusedByJsonParse finds it", async (t) => {
   for (const code of [0x00, 0x01, 0x09, 0x0a, 0x0d, 0x1f]) {
     const text = `{"messages":[{"data":"QUJD"},{"data":"QU${String.fromCharCode(code)}JD"}]}`;
     const result = parseLifted(text);
     t.ok(result, `control character ${code}: lifted`);
-    t.ok(refusedByJsonParse(result!.strings), `control character ${code}: refusedByJsonParse says JSON.parse refuses it`);
+    t.ok(
+      refusedByJsonParse(result!.strings),
+      `control character ${code}: refusedByJsonParse says JSON.parse refuses it`,
+    );
     t.equal(tryParse(text), undefined, `control character ${code}: and JSON.parse does`);
   }
 });
@@ -71,11 +76,32 @@ t.test('bodies the lifted path must hand over to JSON.parse', async (t) => {
   }
   t.notOk(parseLifted('{"data":"QUE=","data":"QkI="}'), 'a duplicate key is handed over (JSON.parse keeps the last)');
   t.notOk(parseLifted('{"x\\"data":"QUJD"}'), 'a lifted string that is not the value of "data" is handed over');
-  t.notOk(parseLifted('{"attributes":{"data":"tab\there"}}'), 'a "data" string outside the messages is handed over (JSON.parse refuses it)');
+  t.notOk(
+    parseLifted('{"attributes":{"data":"tab\there"}}'),
+    'a "data" string outside the messages is handed over (JSON.parse refuses it)',
+  );
 });
 
 // Random JSON texts, written by hand so that keys can repeat and whitespace can vary.
-const STRINGS = ['QUJD', 'QUJDRA==', '', 'data', '"data":"', '\\"data', '\u0000', '\u00000', '\u00001', '\u000012', 'a"b', 'a\\b', 'é', '日本', '\n', '}', '{"data":"x"}'];
+const STRINGS = [
+  'QUJD',
+  'QUJDRA==',
+  '',
+  'data',
+  '"data":"',
+  '\\"data',
+  '\u0000',
+  '\u00000',
+  '\u00001',
+  '\u000012',
+  'a"b',
+  'a\\b',
+  'é',
+  '日本',
+  '\n',
+  '}',
+  '{"data":"x"}',
+];
 const KEYS = ['data', 'messages', 'attributes', 'x"data', 'DATA', '__data', 'data ', 'orderingKey'];
 
 function randomJson(random: ReturnType<typeof seededRandom>, depth: number): string {
@@ -83,7 +109,9 @@ function randomJson(random: ReturnType<typeof seededRandom>, depth: number): str
   const roll = random.next();
   if (depth <= 0 || roll < 0.35) {
     if (random.chance(0.85)) {
-      const text = random.chance(0.9) ? Buffer.alloc(random.int(0, 40), random.int(0, 255)).toString('base64') : random.pick(STRINGS);
+      const text = random.chance(0.9)
+        ? Buffer.alloc(random.int(0, 40), random.int(0, 255)).toString('base64')
+        : random.pick(STRINGS);
       return JSON.stringify(text);
     }
     return random.pick(['1', 'true', 'null', '-0.5e3']);
@@ -114,7 +142,9 @@ function randomMessage(random: ReturnType<typeof seededRandom>): string {
 /** Mostly publish-shaped: {"messages":[...]} of random objects (often with "data"), among other keys. */
 function randomBody(random: ReturnType<typeof seededRandom>): string {
   if (random.chance(0.3)) return randomJson(random, 4);
-  const messages = Array.from({ length: random.int(0, 4) }, () => (random.chance(0.7) ? randomMessage(random) : randomJson(random, 2)));
+  const messages = Array.from({ length: random.int(0, 4) }, () =>
+    random.chance(0.7) ? randomMessage(random) : randomJson(random, 2),
+  );
   const others = random.chance(0.2) ? `,"data":${randomJson(random, 1)}` : '';
   return `{"messages":[${messages.join(',')}]${others}}`;
 }
@@ -123,7 +153,10 @@ function randomBody(random: ReturnType<typeof seededRandom>): string {
 function maybeBreak(random: ReturnType<typeof seededRandom>, text: string): string {
   if (!random.chance(0.15)) return text;
   const at = random.int(0, text.length);
-  return random.pick([text.slice(0, at), text.slice(0, at) + random.pick(['"', '\\', ',', '\u0001', '\n']) + text.slice(at)]);
+  return random.pick([
+    text.slice(0, at),
+    text.slice(0, at) + random.pick(['"', '\\', ',', '\u0001', '\n']) + text.slice(at),
+  ]);
 }
 
 t.test('random texts: whenever the lifted path succeeds, it equals JSON.parse', async (t) => {

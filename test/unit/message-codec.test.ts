@@ -3,7 +3,13 @@
 // attributes and ordering keys. Data that is not base64 is found at its index.
 
 import t from 'tap';
-import { layoutMessage, packMessages, stampMessages, unpackMessage, type MessageLayout } from '../../src/broker/message-codec.ts';
+import {
+  layoutMessage,
+  packMessages,
+  stampMessages,
+  unpackMessage,
+  type MessageLayout,
+} from '../../src/broker/message-codec.ts';
 import { BulkStrings } from '../../src/redis/binary-command.ts';
 import { randomFromEnv } from '../helpers/random.ts';
 
@@ -20,7 +26,9 @@ function randomMessage(): Sent {
   const data = Buffer.from(Array.from({ length: random.int(0, 40) }, () => random.int(0, 255)));
   let base64 = random.chance(0.5) ? data.toString('base64') : data.toString('base64url');
   if (random.chance(0.3)) base64 = base64.replace(/=+$/, '');
-  const attributes = random.chance(0.5) ? { kind: random.pick(['a', 'é', '日本']), n: String(random.int(0, 9)) } : undefined;
+  const attributes = random.chance(0.5)
+    ? { kind: random.pick(['a', 'é', '日本']), n: String(random.int(0, 9)) }
+    : undefined;
   const orderingKey = random.chance(0.5) ? random.pick(['k', 'ключ', 'key-1']) : undefined;
   return { data, base64, attributes, orderingKey };
 }

@@ -56,7 +56,7 @@ t.test('a reading a script returns is used from then on', async (t) => {
   t.equal(c.reads(), 1);
 });
 
-t.test("a retry stamps from its own refusal, whatever the clock observes meanwhile", async (t) => {
+t.test('a retry stamps from its own refusal, whatever the clock observes meanwhile', async (t) => {
   const c = clockUnderTest();
   const refusal = c.clock.observe(3_000_000_000_000_000);
   c.clock.observe(4_000_000_000_000_000); // another publish's reply, say from another shard
@@ -66,7 +66,11 @@ t.test("a retry stamps from its own refusal, whatever the clock observes meanwhi
 
 t.test('a manual clock is stamped as it is', async (t) => {
   const manual = new ManualClock(1_000_000);
-  const clock = new PublishClock(manual, async () => t.fail('must not read Redis') as never, () => 0);
+  const clock = new PublishClock(
+    manual,
+    async () => t.fail('must not read Redis') as never,
+    () => 0,
+  );
   t.equal(await clock.stampUs(), 1_000_000);
   manual.advanceSeconds(2);
   t.equal(await clock.stampUs(), 3_000_000);

@@ -8,7 +8,26 @@ import { asciiJson, receivedMessagesJson } from '../../src/broker/received-json.
 import { randomFromEnv } from '../helpers/random.ts';
 
 function randomText(random: () => number, maxLength: number): string {
-  const alphabet = ['a', 'Z', '0', ' ', '"', '\\', '\n', '\t', '\u0000', '\u001f', '\u007f', 'é', '€', '日', '\ud83d\ude00', '\ud800', '\udfff', '</script>'];
+  const alphabet = [
+    'a',
+    'Z',
+    '0',
+    ' ',
+    '"',
+    '\\',
+    '\n',
+    '\t',
+    '\u0000',
+    '\u001f',
+    '\u007f',
+    'é',
+    '€',
+    '日',
+    '\ud83d\ude00',
+    '\ud800',
+    '\udfff',
+    '</script>',
+  ];
   let text = '';
   const length = Math.floor(random() * maxLength);
   for (let i = 0; i < length; i++) text += alphabet[Math.floor(random() * alphabet.length)];
@@ -34,23 +53,35 @@ t.test('parses back to the same value as JSON.stringify, and is ASCII', async (t
   const random = randomFromEnv(t).next;
   for (let round = 0; round < 300; round++) {
     const received = Array.from({ length: Math.floor(random() * 6) }, (_, i) => randomMessage(random, i));
-    const rest = random() < 0.3 ? { subscriptionProperties: { exactlyOnceDeliveryEnabled: true, messageOrderingEnabled: false } } : undefined;
+    const rest =
+      random() < 0.3
+        ? { subscriptionProperties: { exactlyOnceDeliveryEnabled: true, messageOrderingEnabled: false } }
+        : undefined;
     const json = receivedMessagesJson(received, rest);
     // What JSON.stringify makes of the same answer with its data in base64 (proto3 JSON bytes).
-    const onWire = received.map(({ ackId, message }) => ({ ackId, message: { ...message, data: message.data?.toString('base64') } }));
+    const onWire = received.map(({ ackId, message }) => ({
+      ackId,
+      message: { ...message, data: message.data?.toString('base64') },
+    }));
     const expected = received.length > 0 ? { receivedMessages: onWire, ...rest } : { ...rest };
     t.same(JSON.parse(json.toString('utf8')), JSON.parse(JSON.stringify(expected)), `round ${round}`);
-    t.ok(json.every((byte) => byte < 0x80), `round ${round}: ASCII only`);
+    t.ok(
+      json.every((byte) => byte < 0x80),
+      `round ${round}: ASCII only`,
+    );
   }
 });
 
 t.test('an empty answer is {}', async (t) => {
   t.equal(receivedMessagesJson([]).toString(), '{}');
   t.equal(receivedMessagesJson([], {}).toString(), '{}');
-  t.equal(receivedMessagesJson([], { subscriptionProperties: { messageOrderingEnabled: true } }).toString(), '{"subscriptionProperties":{"messageOrderingEnabled":true}}');
+  t.equal(
+    receivedMessagesJson([], { subscriptionProperties: { messageOrderingEnabled: true } }).toString(),
+    '{"subscriptionProperties":{"messageOrderingEnabled":true}}',
+  );
 });
 
 t.test('asciiJson escapes what is not ASCII', async (t) => {
-  t.equal(asciiJson({ 'é': '日\ud83d\ude00\u007f' }), '{"\\u00e9":"\\u65e5\\ud83d\\ude00\\u007f"}');
+  t.equal(asciiJson({ é: '日\ud83d\ude00\u007f' }), '{"\\u00e9":"\\u65e5\\ud83d\\ude00\\u007f"}');
   t.same(JSON.parse(asciiJson('lone \ud800 surrogate')), 'lone \ud800 surrogate');
 });
