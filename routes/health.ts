@@ -5,7 +5,7 @@ import { backlogByRegion } from '../src/broker/metrics.ts';
 import type { Region } from '../src/broker/regions.ts';
 import { packagePath } from '../src/paths.ts';
 import { withTimeout } from '../src/timeout.ts';
-import type { RouteOptions } from './index.ts';
+import type { RouteOptions } from './options.ts';
 
 const OPENAPI_DOCUMENT = readFileSync(packagePath('openapi.yaml'), 'utf8');
 /** A region that does not answer within this is reported unreachable (a hung server must not hang the probe). */

@@ -1,14 +1,10 @@
 import type { FastifyInstance } from 'fastify';
-import type { Broker } from '../src/app.ts';
 import { exampleRoutes } from './examples.ts';
 import { healthRoutes } from './health.ts';
+import type { RouteOptions } from './options.ts';
 import { streamingRoutes } from './streaming.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
 import { topicRoutes } from './topics.ts';
-
-export interface RouteOptions {
-  broker: Broker;
-}
 
 export async function registerRoutes(app: FastifyInstance, options: RouteOptions): Promise<void> {
   await app.register(healthRoutes, options);
@@ -17,7 +13,3 @@ export async function registerRoutes(app: FastifyInstance, options: RouteOptions
   await app.register(streamingRoutes, options);
   await app.register(exampleRoutes);
 }
-
-/** Path prefixes. Resource IDs never contain ':' or '/', so a custom verb follows the last ':'. */
-export const TOPIC_PATH = '/v1/projects/:project/topics/:topic([^:/]+)';
-export const SUBSCRIPTION_PATH = '/v1/projects/:project/subscriptions/:subscription([^:/]+)';

@@ -3,10 +3,8 @@ import type { WebSocket } from 'ws';
 import { resourceName } from '../src/broker/names.ts';
 import { closeCodeFor, closeReason, type StreamingSession } from '../src/broker/streaming.ts';
 import { ApiError, failedPrecondition, invalidArgument } from '../src/errors.ts';
-import { SUBSCRIPTION_PATH, type RouteOptions } from './index.ts';
-
-/** Largest client frame accepted; bigger ones close the stream with INVALID_ARGUMENT. */
-export const MAX_STREAM_FRAME_BYTES = 1024 * 1024;
+import { SUBSCRIPTION_PATH, type RouteOptions } from './options.ts';
+import { MAX_STREAM_FRAME_BYTES } from './limits.ts';
 
 interface SubscriptionParams {
   project: string;

@@ -4,7 +4,7 @@ import type { PageRequest } from '../src/broker/pagination.ts';
 import { receivedMessagesJson } from '../src/broker/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import { acknowledgeBodySchema, modifyAckDeadlineBodySchema, pullBodySchema } from '../src/schemas/subscriptions.ts';
-import { SUBSCRIPTION_PATH, type RouteOptions } from './index.ts';
+import { SUBSCRIPTION_PATH, type RouteOptions } from './options.ts';
 
 interface SubscriptionParams {
   project: string;

@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
-import { PUBLISH_BODY_LIMIT } from '../src/app.ts';
 import { invalidJsonBody } from '../src/errors.ts';
 import { refusedByJsonParse } from '../src/json-body.ts';
 import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import { publishBodySchema } from '../src/schemas/messages.ts';
-import { TOPIC_PATH, type RouteOptions } from './index.ts';
+import { TOPIC_PATH, type RouteOptions } from './options.ts';
+import { PUBLISH_BODY_LIMIT } from './limits.ts';
 
 interface TopicParams {
   project: string;

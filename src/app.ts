@@ -1,88 +1,35 @@
+import websocket from '@fastify/websocket';
 import Fastify, {
-  LogController,
   type FastifyError,
   type FastifyInstance,
   type FastifyRequest,
   type FastifyServerOptions,
+  LogController,
 } from 'fastify';
 import { isAscii } from 'node:buffer';
 import { registerRoutes } from '../routes/index.ts';
-import { ackIdCodecLoader } from './broker/ack-id.ts';
-import { PublishClock, redisClock, redisTimeUs, type Clock } from './broker/clock.ts';
-import type { BrokerContext } from './broker/context.ts';
-import { ControlPlane, loadAckSecret } from './broker/control-plane.ts';
-import { DeliveryService } from './broker/delivery.ts';
-import { SubscriptionService } from './broker/subscriptions.ts';
-import { TopicService } from './broker/topics.ts';
-import { Region, Regions } from './broker/regions.ts';
-import { StreamRegistry } from './broker/streams.ts';
-import { guardStorageFormat } from './broker/storage-guard.ts';
-import { Wakeups } from './broker/wakeups.ts';
-import websocket from '@fastify/websocket';
-import { MAX_STREAM_FRAME_BYTES } from '../routes/streaming.ts';
+import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
+import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unavailable } from './errors.ts';
 import { LIFT_ABOVE_BYTES, liftDataStrings, putBack } from './json-body.ts';
-import { Keys } from './redis/keys.ts';
-import { Scripts, type RedisClient } from './redis/scripts.ts';
+import type { RedisClient } from './redis/client.ts';
 
-export interface AppOptions {
-  /** Commands go here. The app never closes it: whoever made it owns it. */
-  redis: RedisClient;
-  /** A second connection for wake-up notifications; made with `redis.duplicate()` if absent. */
-  subscriber?: RedisClient;
-  keyPrefix?: string;
-  clock?: Clock;
-  /** Upper bound of a long-polling pull (`returnImmediately: false`), in milliseconds. */
-  pullWaitMs?: number;
-  /** How long a single-region broker reuses a topic record for publishing, in milliseconds (default 1 s). */
-  rememberTopicMs?: number;
-  /**
-   * Publishes whose stored bodies reach this many bytes stage them in a hash before the publish
-   * script runs, instead of passing them to it (default 16 KiB; see publish.lua).
-   */
-  stageBodiesFromBytes?: number;
-  /**
-   * Hears that a region's store is laid out by another version of the broker (storage-format.ts);
-   * that region is not used. Default: an error in the log (src/server.ts exits when it is the
-   * local region's).
-   */
-  onStorageProblem?: (problem: string, region: Region) => void;
-  /** How long buildApp waits for Redis to connect and its store to be checked (default 5 s; the check goes on after). */
-  firstConnectWaitMs?: number;
+/**
+ * The HTTP front end (REST and streaming pull over WebSocket) over a broker: one passed in
+ * (shared with other front ends; its owner closes it), or else one it makes from the broker
+ * settings given with these options, and closes when it closes.
+ */
+export type AppOptions = HttpOptions & ({ broker: Broker } | (BrokerConfig & { broker?: undefined }));
+
+export interface HttpOptions {
   logger?: FastifyServerOptions['logger'];
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
-  /** Heartbeat period of streaming pulls, in milliseconds (default 15 s). */
-  streamHeartbeatMs?: number;
   /**
    * Runs before every route, the WebSocket upgrade of streaming pull included; throw an ApiError
    * (e.g. UNAUTHENTICATED) to refuse the request. The place for authentication.
    */
   onRequest?: (request: FastifyRequest) => Promise<void>;
-  /**
-   * A deployment with regions: this endpoint's region name (its Redis is `redis`) and every other
-   * region's Redis. Without it there is one region and nothing is synced.
-   */
-  regions?: { local: string; others: RegionConnection[] };
-}
-
-export interface RegionConnection {
-  name: string;
-  /** The caller owns it, as it owns `redis`. */
-  redis: RedisClient;
-  /** Made with `redis.duplicate()` if absent. */
-  subscriber?: RedisClient;
-}
-
-export interface Broker {
-  /** This endpoint's region. */
-  ctx: BrokerContext;
-  regions: Regions;
-  controlPlane: ControlPlane;
-  topics: TopicService;
-  subscriptions: SubscriptionService;
-  delivery: DeliveryService;
-  streams: StreamRegistry;
 }
 
 export interface RegisteredRoute {
@@ -109,13 +56,6 @@ declare module 'fastify' {
   }
 }
 
-/** How long buildApp waits by default for each region's store to be checked (storage-guard.ts). */
-const FIRST_CONNECT_WAIT_MS = 5_000;
-
-/** Request bodies up to 1 MiB, except publish (10 MB of data travels base64-encoded). */
-export const DEFAULT_BODY_LIMIT = 1024 * 1024;
-export const PUBLISH_BODY_LIMIT = 16 * 1024 * 1024;
-
 /** Builds the HTTP app. It never listens: src/server.ts does. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
@@ -132,46 +72,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       reply.raw.end(JSON.stringify(apiError.toEnvelope()));
     },
   });
-  const keys = new Keys(options.keyPrefix ?? 'ps');
-  const clock = options.clock ?? redisClock;
-  const multiRegion = options.regions !== undefined;
-  /** Subscriber connections this app made, and so closes. */
-  const ownSubscribers: RedisClient[] = [];
-  const makeRegion = (name: string, redis: RedisClient, subscriber: RedisClient | undefined) => {
-    if (!subscriber) ownSubscribers.push((subscriber = redis.duplicate()));
-    const publishClock = new PublishClock(clock, () => redisTimeUs(redis));
-    const ctx: BrokerContext = { redis, keys, scripts: new Scripts(redis), clock, publishClock };
-    return new Region(name, ctx, new Wakeups(subscriber), multiRegion);
-  };
-  const regions = new Regions(
-    makeRegion(options.regions?.local ?? '', options.redis, options.subscriber),
-    (options.regions?.others ?? []).map((other) => makeRegion(other.name, other.redis, other.subscriber)),
-  );
-  const ctx = regions.local.ctx;
-  const controlPlane = new ControlPlane(regions, (message) => app.log.warn(message));
-  const topics = new TopicService(regions, controlPlane);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics);
-  const delivery = new DeliveryService(regions, topics, subscriptions, {
-    ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
-    pullWaitMs: options.pullWaitMs ?? 20_000,
-    rememberTopicMs: options.rememberTopicMs ?? 1000,
-    stageBodiesFromBytes: options.stageBodiesFromBytes ?? 16 * 1024,
-  });
-  const streams = new StreamRegistry(delivery, subscriptions, options.streamHeartbeatMs ?? 15_000);
-  app.decorate('broker', { ctx, regions, controlPlane, topics, subscriptions, delivery, streams });
-  // No region serves until its store is known to be in this broker's storage format.
-  const stopGuards = await Promise.all(
-    regions.all.map((region) =>
-      guardStorageFormat(region, {
-        refuse: options.onStorageProblem ?? ((problem) => app.log.error(problem)),
-        // With regions, a store found fit takes part in the control plane from now on.
-        checked: multiRegion ? () => void controlPlane.requestSync() : undefined,
-        log: (message) => app.log.warn(message),
-        firstWaitMs: options.firstConnectWaitMs ?? FIRST_CONNECT_WAIT_MS,
-      }),
-    ),
-  );
-  controlPlane.start();
+  const ownBroker = !options.broker;
+  const broker =
+    options.broker ??
+    (await createBroker({
+      ...options,
+      log: {
+        warn: (message) => app.log.warn(message),
+        error: (message) => app.log.error(message),
+      },
+    }));
+  app.decorate('broker', broker);
+  const { ctx } = broker;
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);
@@ -198,16 +110,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
 
   // Long polls and streams end first, so that closing does not wait for them.
-  app.addHook('preClose', async () => {
-    await streams.closeAll();
-    delivery.close();
-    await Promise.all(regions.all.map((region) => region.wakeups.close()));
-    await controlPlane.stop();
-  });
-  app.addHook('onClose', async () => {
-    for (const stop of stopGuards) stop();
-    for (const subscriber of ownSubscribers) subscriber.disconnect();
-  });
+  if (ownBroker) app.addHook('preClose', () => broker.close());
 
   // Twice the frame limit, so that the stream itself can answer an oversize frame with a
   // Pub/Sub error; beyond that the WebSocket layer closes with 1009.

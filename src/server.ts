@@ -1,10 +1,10 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { buildApp } from './app.ts';
-import { redisTimeUs } from './broker/clock.ts';
+import { createBroker } from './broker/broker.ts';
 import type { Region } from './broker/regions.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
 import { ManagedRedis, ManagedRedisError } from './redis/managed.ts';
-import type { RedisClient } from './redis/scripts.ts';
+import type { RedisClient } from './redis/client.ts';
 
 /**
  * The only file that listens. Starts (or re-adopts) the managed Redis when no REDIS_URL or
@@ -12,7 +12,6 @@ import type { RedisClient } from './redis/scripts.ts';
  * stop accepting, release long polls, finish in-flight requests, quit Redis.
  */
 const JANITOR_INTERVAL_MS = 60_000;
-const CLEANUP_GRACE_US = 60_000_000;
 
 /**
  * Fail fast while Redis is away (the client answers UNAVAILABLE and retries) instead of
@@ -78,35 +77,29 @@ async function main(): Promise<void> {
     if (region.name === (config.REGION ?? '')) refuseStore(problem);
     else log(`region ${region.name} is left out of use: ${problem}`);
   };
+  const logger = { level: config.LOG_LEVEL };
   const app = await buildApp({
-    redis,
-    subscriber,
-    regions: config.REGION ? { local: config.REGION, others } : undefined,
-    keyPrefix: config.KEY_PREFIX,
-    pullWaitMs: config.PULL_WAIT_SECONDS * 1000,
-    logger: { level: config.LOG_LEVEL },
+    logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
-    onStorageProblem: refuseRegionStore,
+    broker: await createBroker({
+      redis,
+      subscriber,
+      regions: config.REGION ? { local: config.REGION, others } : undefined,
+      keyPrefix: config.KEY_PREFIX,
+      pullWaitMs: config.PULL_WAIT_SECONDS * 1000,
+      onStorageProblem: refuseRegionStore,
+      janitorIntervalMs: JANITOR_INTERVAL_MS,
+      log: { warn: log, error: log },
+    }),
   });
-
-  const janitor = setInterval(() => {
-    collectGarbage().catch((error: Error) => log(`clean-up pass failed: ${error.message}`));
-  }, JANITOR_INTERVAL_MS);
-  janitor.unref();
-  /** Drops data left by interrupted creates and deletes, and deletes expired subscriptions. */
-  async function collectGarbage() {
-    const nowUs = await redisTimeUs(redis);
-    await app.broker.subscriptions.collectGarbage(nowUs - CLEANUP_GRACE_US);
-    await app.broker.subscriptions.expireIdle(nowUs);
-  }
 
   let shuttingDown = false;
   const shutdown = async (reason: string, exitCode = 0) => {
     if (shuttingDown) return;
     shuttingDown = true;
     log(`${reason}, shutting down`);
-    clearInterval(janitor);
-    await app.close();
+    // The broker ends long polls and streams while the server finishes its other requests.
+    await Promise.all([app.close(), app.broker.close()]);
     for (const region of [local, ...others]) {
       region.redis.disconnect();
       region.subscriber.disconnect();

@@ -1,4 +1,4 @@
-import type { RedisClient } from '../redis/scripts.ts';
+import type { RedisClient } from '../redis/client.ts';
 
 /**
  * Where the time of a state change comes from. Production uses the Redis server's TIME

@@ -1,5 +1,6 @@
 import type { Keys } from '../redis/keys.ts';
-import type { RedisClient, Scripts } from '../redis/scripts.ts';
+import type { RedisClient } from '../redis/client.ts';
+import type { Scripts } from '../redis/scripts.ts';
 import type { Clock, PublishClock } from './clock.ts';
 
 /** What every broker service needs: the Redis handle, key builders, scripts and the clock. */

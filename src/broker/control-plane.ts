@@ -3,8 +3,14 @@ import { alreadyExists, notFound } from '../errors.ts';
 import { parseDurationSeconds } from './durations.ts';
 import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
-import type { SubscriptionRecord } from './subscriptions.ts';
-import type { TopicRecord } from './topics.ts';
+import {
+  isTombstone,
+  type State,
+  type SubscriptionRecord,
+  type Tombstone,
+  type TopicRecord,
+  versionOf,
+} from './records.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
 
 /**
@@ -25,18 +31,6 @@ import { CONFIG_CHANGED } from './wakeups.ts';
  */
 export type Kind = 'topic' | 'subscription';
 
-export interface Tombstone {
-  name: string;
-  version: number;
-  deleted: true;
-  /** The incarnation the delete ended. */
-  uid: string;
-  /** Subscriptions: the topic incarnation the deleted subscription was attached to. */
-  topicUid?: string;
-}
-
-type State = TopicRecord | SubscriptionRecord | Tombstone;
-
 interface PutResult {
   applied: boolean;
   /** The state the put found in that region (replaced, if it applied). */
@@ -47,11 +41,6 @@ interface PutResult {
 const SYNC_INTERVAL_MS = 30_000;
 /** How many held entries one drop-subscription call releases (bounds the script's run time). */
 const DROP_BATCH = 1000;
-
-export const isTombstone = (state: State): state is Tombstone => 'deleted' in state && state.deleted === true;
-export const versionOf = (json: string): number =>
-  json === '' ? 0 : ((JSON.parse(json) as { version?: number }).version ?? 0);
-export const newUid = () => randomBytes(8).toString('hex');
 
 /** The same order as may_put in prelude.lua: higher version, then the greater JSON. */
 function supersedes(candidate: string, current: string): boolean {

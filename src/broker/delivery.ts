@@ -10,7 +10,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import { BulkStrings } from '../redis/binary-command.ts';
 import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
-import type { RedisClient } from '../redis/scripts.ts';
+import type { RedisClient } from '../redis/client.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
@@ -19,8 +19,9 @@ import { formatTimestampUs } from './durations.ts';
 import { layoutMessage, packMessages, stampMessages, unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
-import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
-import type { TopicRecord, TopicService } from './topics.ts';
+import type { SubscriptionRecord, TopicRecord } from './records.ts';
+import type { SubscriptionService } from './subscriptions.ts';
+import type { TopicService } from './topics.ts';
 import type { Waiter } from './wakeups.ts';
 
 export const MAX_PULL_MESSAGES = 1000;

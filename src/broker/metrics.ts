@@ -1,5 +1,5 @@
 import type { Regions } from './regions.ts';
-import type { SubscriptionRecord } from './subscriptions.ts';
+import type { SubscriptionRecord } from './records.ts';
 
 export interface RegionBacklog {
   subscription: string;

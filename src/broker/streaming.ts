@@ -4,7 +4,8 @@ import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/st
 import type { DeliveryService, LeasedMessage, SettleOutcome } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import { receivedMessagesJson } from './received-json.ts';
-import type { SubscriptionRecord, SubscriptionService } from './subscriptions.ts';
+import type { SubscriptionRecord } from './records.ts';
+import type { SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
 
 /**

@@ -5,30 +5,14 @@ import {
   updateSubscriptionBodySchema,
   type SubscriptionBody,
 } from '../schemas/subscriptions.ts';
-import { newUid, versionOf, type ControlPlane, type Tombstone } from './control-plane.ts';
+import type { ControlPlane } from './control-plane.ts';
+import { newUid, type SubscriptionRecord, type Tombstone, type TopicRecord, versionOf } from './records.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
-import { checkBodyName, type TopicRecord, type TopicService } from './topics.ts';
+import { checkBodyName, type TopicService } from './topics.ts';
 import type { Regions } from './regions.ts';
 import { parseUpdateMask } from './update-mask.ts';
-
-/** A subscription as kept in the control plane. */
-export interface SubscriptionRecord {
-  name: string;
-  topic: string;
-  topicUid: string;
-  uid: string;
-  /** Bumped by every change; the highest wins across regions (see control-plane.ts). */
-  version: number;
-  ackDeadlineSeconds: number;
-  messageRetentionDuration: string;
-  expirationPolicy: { ttl?: string };
-  retainAckedMessages?: boolean;
-  labels?: Record<string, string>;
-  enableMessageOrdering?: boolean;
-  enableExactlyOnceDelivery?: boolean;
-}
 
 export interface Subscription {
   name: string;

@@ -1,23 +1,13 @@
 import { invalidArgument, notFound } from '../errors.ts';
 import { notImplemented, parseBody } from '../schemas/common.ts';
 import { topicBodySchema, UNSUPPORTED_TOPIC_FIELDS, updateTopicBodySchema, type TopicBody } from '../schemas/topics.ts';
-import { newUid, type ControlPlane, type Tombstone } from './control-plane.ts';
+import type { ControlPlane } from './control-plane.ts';
+import { newUid, type Tombstone, type TopicRecord } from './records.ts';
 import { checkDuration } from './durations.ts';
 import type { ResourceName } from './names.ts';
 import type { Regions } from './regions.ts';
 import { readNamePage, type PageRequest } from './pagination.ts';
 import { parseUpdateMask } from './update-mask.ts';
-
-/** A topic as kept in the control plane. `uid` names the incarnation whose data it owns. */
-export interface TopicRecord {
-  name: string;
-  uid: string;
-  /** Bumped by every change; the highest wins across regions (see control-plane.ts). Absent = 0. */
-  version: number;
-  labels?: Record<string, string>;
-  messageRetentionDuration?: string;
-  messageStoragePolicy?: { allowedPersistenceRegions?: string[]; enforceInTransit?: boolean };
-}
 
 export interface Topic {
   name: string;

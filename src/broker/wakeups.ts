@@ -1,4 +1,4 @@
-import type { RedisClient } from '../redis/scripts.ts';
+import type { RedisClient } from '../redis/client.ts';
 
 /**
  * Wakes long-polling pulls when a topic gets messages (publish, or a nack that makes one

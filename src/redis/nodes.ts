@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { RedisClient } from './scripts.ts';
+import type { RedisClient } from './client.ts';
 
 /** The connections to every master: the client itself, or each master of a cluster. */
 export function masterNodes(redis: RedisClient): Redis[] {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisClient } from './client.ts';
 import { packagePath } from '../paths.ts';
 import { BinaryArgsCommand, type BulkStrings } from './binary-command.ts';
 import { masterNodes } from './nodes.ts';
@@ -11,7 +11,6 @@ import { masterNodes } from './nodes.ts';
  * Callers go through `Scripts.run` / `runEncoded` / `runStaged`, which pass KEYS and ARGV
  * explicitly: every key a script touches is declared in KEYS.
  */
-export type RedisClient = Redis | Cluster;
 
 const LUA_DIR = `${packagePath('src', 'lua')}/`;
 const PRELUDE_FILE = 'prelude.lua';

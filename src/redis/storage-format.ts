@@ -1,6 +1,6 @@
 import { SEQS_PER_BLOCK, type Keys } from './keys.ts';
 import { scanKeys } from './nodes.ts';
-import type { RedisClient } from './scripts.ts';
+import type { RedisClient } from './client.ts';
 
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must

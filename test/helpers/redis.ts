@@ -22,7 +22,9 @@ import { SEQS_PER_BLOCK, type TopicKeys } from '../../src/redis/keys.ts';
 import { masterNodes, scanKeys as scanAllKeys } from '../../src/redis/nodes.ts';
 import { REDIS_HOST, clusterPorts, skipCluster, standalonePort } from '../setup/redis-config.ts';
 
-export type RedisClient = Redis | Cluster;
+import type { RedisClient } from '../../src/redis/client.ts';
+
+export type { RedisClient };
 
 /** The connections to every master (the broker's own helper). */
 export { masterNodes };

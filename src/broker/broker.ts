@@ -1,0 +1,173 @@
+import type { RedisClient } from '../redis/client.ts';
+import { Keys } from '../redis/keys.ts';
+import { Scripts } from '../redis/scripts.ts';
+import { ackIdCodecLoader } from './ack-id.ts';
+import { type Clock, PublishClock, redisClock, redisTimeUs } from './clock.ts';
+import type { BrokerContext } from './context.ts';
+import { ControlPlane, loadAckSecret } from './control-plane.ts';
+import { DeliveryService } from './delivery.ts';
+import { Region, Regions } from './regions.ts';
+import { guardStorageFormat } from './storage-guard.ts';
+import { StreamRegistry } from './streams.ts';
+import { SubscriptionService } from './subscriptions.ts';
+import { TopicService } from './topics.ts';
+import { Wakeups } from './wakeups.ts';
+
+/** What a broker is made of: its Redis connections and settings. No front end is involved. */
+export interface BrokerConfig {
+  /** Commands go here. The broker never closes it: whoever made it owns it. */
+  redis: RedisClient;
+  /** A second connection for wake-up notifications; made with `redis.duplicate()` if absent. */
+  subscriber?: RedisClient;
+  keyPrefix?: string;
+  clock?: Clock;
+  /** Upper bound of a long-polling pull (`returnImmediately: false`), in milliseconds. */
+  pullWaitMs?: number;
+  /** How long a single-region broker reuses a topic record for publishing, in milliseconds (default 1 s). */
+  rememberTopicMs?: number;
+  /**
+   * Publishes whose stored bodies reach this many bytes stage them in a hash before the publish
+   * script runs, instead of passing them to it (default 16 KiB; see publish.lua).
+   */
+  stageBodiesFromBytes?: number;
+  /**
+   * Hears that a region's store is laid out by another version of the broker (storage-format.ts);
+   * that region is not used. Default: an error in the log (src/server.ts exits when it is the
+   * local region's).
+   */
+  onStorageProblem?: (problem: string, region: Region) => void;
+  /** How long createBroker waits for Redis to connect and its store to be checked (default 5 s; the check goes on after). */
+  firstConnectWaitMs?: number;
+  /** Heartbeat period of streaming pulls, in milliseconds (default 15 s). */
+  streamHeartbeatMs?: number;
+  /**
+   * How often the broker drops data left by interrupted creates and deletes and deletes expired
+   * subscriptions, in milliseconds. Off when absent (tests run the passes themselves).
+   */
+  janitorIntervalMs?: number;
+  /**
+   * A deployment with regions: this endpoint's region name (its Redis is `redis`) and every other
+   * region's Redis. Without it there is one region and nothing is synced.
+   */
+  regions?: { local: string; others: RegionConnection[] };
+  /** Where the broker reports what an operator should know. Default: nowhere. */
+  log?: BrokerLog;
+}
+
+export interface RegionConnection {
+  name: string;
+  /** The caller owns it, as it owns `redis`. */
+  redis: RedisClient;
+  /** Made with `redis.duplicate()` if absent. */
+  subscriber?: RedisClient;
+}
+
+export interface BrokerLog {
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+/** The broker without any front end: every front end (REST, WebSocket, gRPC) is an adapter over it. */
+export interface Broker {
+  /** This endpoint's region. */
+  ctx: BrokerContext;
+  regions: Regions;
+  controlPlane: ControlPlane;
+  topics: TopicService;
+  subscriptions: SubscriptionService;
+  delivery: DeliveryService;
+  streams: StreamRegistry;
+  /** One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions expired. */
+  collectGarbage(): Promise<void>;
+  /**
+   * Ends long polls and streams (clients reconnect elsewhere), stops the background jobs and
+   * closes the connections the broker made. The connections it was given stay open.
+   */
+  close(): Promise<void>;
+}
+
+/** How long createBroker waits by default for each region's store to be checked (storage-guard.ts). */
+const FIRST_CONNECT_WAIT_MS = 5_000;
+/** Data marked for clean-up is dropped once it is this old: an attach or delete under way is never raced. */
+const CLEANUP_GRACE_US = 60_000_000;
+
+const silentLog: BrokerLog = { warn: () => {}, error: () => {} };
+
+/** Builds the broker: its regions, services and background jobs. It serves nothing by itself. */
+export async function createBroker(config: BrokerConfig): Promise<Broker> {
+  const log = config.log ?? silentLog;
+  const keys = new Keys(config.keyPrefix ?? 'ps');
+  const clock = config.clock ?? redisClock;
+  const multiRegion = config.regions !== undefined;
+  /** Subscriber connections this broker made, and so closes. */
+  const ownSubscribers: RedisClient[] = [];
+  const makeRegion = (name: string, redis: RedisClient, subscriber: RedisClient | undefined) => {
+    if (!subscriber) ownSubscribers.push((subscriber = redis.duplicate()));
+    const publishClock = new PublishClock(clock, () => redisTimeUs(redis));
+    const ctx: BrokerContext = { redis, keys, scripts: new Scripts(redis), clock, publishClock };
+    return new Region(name, ctx, new Wakeups(subscriber), multiRegion);
+  };
+  const regions = new Regions(
+    makeRegion(config.regions?.local ?? '', config.redis, config.subscriber),
+    (config.regions?.others ?? []).map((other) => makeRegion(other.name, other.redis, other.subscriber)),
+  );
+  const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
+  const topics = new TopicService(regions, controlPlane);
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics);
+  const delivery = new DeliveryService(regions, topics, subscriptions, {
+    ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
+    pullWaitMs: config.pullWaitMs ?? 20_000,
+    rememberTopicMs: config.rememberTopicMs ?? 1000,
+    stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
+  });
+  const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
+  // No region serves until its store is known to be in this broker's storage format.
+  const stopGuards = await Promise.all(
+    regions.all.map((region) =>
+      guardStorageFormat(region, {
+        refuse: config.onStorageProblem ?? ((problem) => log.error(problem)),
+        // With regions, a store found fit takes part in the control plane from now on.
+        checked: multiRegion ? () => void controlPlane.requestSync() : undefined,
+        log: (message) => log.warn(message),
+        firstWaitMs: config.firstConnectWaitMs ?? FIRST_CONNECT_WAIT_MS,
+      }),
+    ),
+  );
+  controlPlane.start();
+
+  const collectGarbage = async () => {
+    const nowUs = await redisTimeUs(regions.local.ctx.redis);
+    await subscriptions.collectGarbage(nowUs - CLEANUP_GRACE_US);
+    await subscriptions.expireIdle(nowUs);
+  };
+  const janitor =
+    config.janitorIntervalMs === undefined
+      ? undefined
+      : setInterval(() => {
+          collectGarbage().catch((error: Error) => log.warn(`clean-up pass failed: ${error.message}`));
+        }, config.janitorIntervalMs);
+  janitor?.unref();
+
+  let closing: Promise<void> | undefined;
+  const close = async () => {
+    clearInterval(janitor);
+    // Long polls and streams end first, so that closing does not wait for them.
+    await streams.closeAll();
+    delivery.close();
+    await Promise.all(regions.all.map((region) => region.wakeups.close()));
+    await controlPlane.stop();
+    for (const stop of stopGuards) stop();
+    for (const subscriber of ownSubscribers) subscriber.disconnect();
+  };
+  return {
+    ctx: regions.local.ctx,
+    regions,
+    controlPlane,
+    topics,
+    subscriptions,
+    delivery,
+    streams,
+    collectGarbage,
+    close: () => (closing ??= close()),
+  };
+}
