@@ -3,7 +3,15 @@ import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { receivedMessagesJson } from '../src/broker/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
-import { acknowledgeBodySchema, modifyAckDeadlineBodySchema, pullBodySchema } from '../src/schemas/subscriptions.ts';
+import {
+  acknowledgeBodySchema,
+  modifyAckDeadlineBodySchema,
+  pullBodySchema,
+  subscriptionBodySchema,
+  updateSubscriptionBodySchema,
+} from '../src/schemas/subscriptions.ts';
+import { parseUpdateMask } from '../src/schemas/update-mask.ts';
+import { httpCaller } from './caller.ts';
 import { SUBSCRIPTION_PATH, type RouteOptions } from './options.ts';
 
 interface SubscriptionParams {
@@ -15,21 +23,26 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
   const subscriptionName = (params: SubscriptionParams) =>
     resourceName('subscriptions', params.project, params.subscription);
 
-  app.put<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
-    broker.subscriptions.create(subscriptionName(request.params), request.body),
-  );
+  const caller = () => httpCaller(broker, 'rest');
+
+  app.put<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) => {
+    const name = subscriptionName(request.params);
+    return broker.subscriptions.create(caller(), name, parseBody(subscriptionBodySchema, request.body, 'subscription'));
+  });
   app.get<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
-    broker.subscriptions.get(subscriptionName(request.params)),
+    broker.subscriptions.get(caller(), subscriptionName(request.params)),
   );
-  app.patch<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
-    broker.subscriptions.update(subscriptionName(request.params), request.body),
-  );
+  app.patch<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) => {
+    const name = subscriptionName(request.params);
+    const { subscription, updateMask } = parseBody(updateSubscriptionBodySchema, request.body, 'request');
+    return broker.subscriptions.update(caller(), name, { subscription, updateMask: parseUpdateMask(updateMask) });
+  });
   app.delete<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, async (request) => {
-    await broker.subscriptions.delete(subscriptionName(request.params));
+    await broker.subscriptions.delete(caller(), subscriptionName(request.params));
     return {};
   });
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/subscriptions', (request) =>
-    broker.subscriptions.list(checkProject(request.params.project), request.query),
+    broker.subscriptions.list(caller(), checkProject(request.params.project), request.query),
   );
 
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::pull`, async (request, reply) => {

@@ -5,6 +5,9 @@ import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import { publishBodySchema } from '../src/schemas/messages.ts';
+import { topicBodySchema, updateTopicBodySchema } from '../src/schemas/topics.ts';
+import { parseUpdateMask } from '../src/schemas/update-mask.ts';
+import { httpCaller } from './caller.ts';
 import { TOPIC_PATH, type RouteOptions } from './options.ts';
 import { PUBLISH_BODY_LIMIT } from './limits.ts';
 
@@ -16,22 +19,31 @@ interface TopicParams {
 export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions): Promise<void> {
   const topicName = (params: TopicParams) => resourceName('topics', params.project, params.topic);
 
-  app.put<{ Params: TopicParams }>(TOPIC_PATH, (request) =>
-    broker.topics.create(topicName(request.params), request.body),
-  );
-  app.get<{ Params: TopicParams }>(TOPIC_PATH, (request) => broker.topics.get(topicName(request.params)));
-  app.patch<{ Params: TopicParams }>(TOPIC_PATH, (request) =>
-    broker.topics.update(topicName(request.params), request.body),
-  );
+  const caller = () => httpCaller(broker, 'rest');
+
+  app.put<{ Params: TopicParams }>(TOPIC_PATH, (request) => {
+    const name = topicName(request.params);
+    return broker.topics.create(
+      caller(),
+      name,
+      parseBody(topicBodySchema, request.body === undefined ? {} : request.body, 'topic'),
+    );
+  });
+  app.get<{ Params: TopicParams }>(TOPIC_PATH, (request) => broker.topics.get(caller(), topicName(request.params)));
+  app.patch<{ Params: TopicParams }>(TOPIC_PATH, (request) => {
+    const name = topicName(request.params);
+    const { topic, updateMask } = parseBody(updateTopicBodySchema, request.body, 'request');
+    return broker.topics.update(caller(), name, { topic, updateMask: parseUpdateMask(updateMask) });
+  });
   app.delete<{ Params: TopicParams }>(TOPIC_PATH, async (request) => {
-    await broker.topics.delete(topicName(request.params));
+    await broker.topics.delete(caller(), topicName(request.params));
     return {};
   });
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/topics', (request) =>
-    broker.topics.list(checkProject(request.params.project), request.query),
+    broker.topics.list(caller(), checkProject(request.params.project), request.query),
   );
   app.get<{ Params: TopicParams; Querystring: PageRequest }>(`${TOPIC_PATH}/subscriptions`, (request) =>
-    broker.topics.listSubscriptions(topicName(request.params), request.query),
+    broker.topics.listSubscriptions(caller(), topicName(request.params), request.query),
   );
   app.post<{ Params: TopicParams }>(
     `${TOPIC_PATH}::publish`,

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { alreadyExists, notFound } from '../errors.ts';
-import { parseDurationSeconds } from './durations.ts';
+import { deliveryConfigOf } from './fields.ts';
 import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
+import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
 import {
   isTombstone,
   type State,
@@ -53,20 +54,6 @@ function supersedes(candidate: string, current: string): boolean {
 
 const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
   `${record.topicUid}/${record.uid}/${record.name}`;
-
-/** The delivery settings a subscription's scripts read, as config hash field/value pairs. */
-function deliveryConfig(record: SubscriptionRecord): string[] {
-  return [
-    'ackDeadlineUs',
-    String(record.ackDeadlineSeconds * 1_000_000),
-    'retentionUs',
-    String(Math.round(parseDurationSeconds(record.messageRetentionDuration, 'messageRetentionDuration') * 1_000_000)),
-    'exactlyOnce',
-    record.enableExactlyOnceDelivery ? '1' : '0',
-    'ordered',
-    record.enableMessageOrdering ? '1' : '0',
-  ];
-}
 
 export class ControlPlane {
   /** Bumped whenever a region's connection opens or closes: a sync only vouches for the epoch it saw. */
@@ -359,7 +346,7 @@ export class ControlPlane {
         record.uid,
         record.enableMessageOrdering ? '1' : '0',
         record.version,
-        ...deliveryConfig(record),
+        ...deliveryConfigOf(SUBSCRIPTION_FIELDS, record),
       ],
     );
   }

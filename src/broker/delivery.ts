@@ -13,6 +13,7 @@ import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/key
 import type { RedisClient } from '../redis/client.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
+import { checkDeadlineChange } from './ack-deadline.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
 import type { ClockReading } from './clock.ts';
 import { formatTimestampUs } from './durations.ts';
@@ -275,6 +276,7 @@ export class DeliveryService {
   }
 
   async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
+    checkDeadlineChange(seconds, 'ackDeadlineSeconds');
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
     throwFailures(await this.modifyDeliveries(record, ackIds, seconds));

@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import type { SubscriptionSettings } from './subscription-fields.ts';
+import type { TopicSettings } from './topic-fields.ts';
 
 /**
  * The control plane's records of topics and subscriptions, and the tombstones that delete them,
@@ -6,31 +8,21 @@ import { randomBytes } from 'node:crypto';
  */
 
 /** A topic as kept in the control plane. `uid` names the incarnation whose data it owns. */
-export interface TopicRecord {
+export interface TopicRecord extends TopicSettings {
   name: string;
   uid: string;
   /** Bumped by every change; the highest wins across regions (see control-plane.ts). Absent = 0. */
   version: number;
-  labels?: Record<string, string>;
-  messageRetentionDuration?: string;
-  messageStoragePolicy?: { allowedPersistenceRegions?: string[]; enforceInTransit?: boolean };
 }
 
-/** A subscription as kept in the control plane. */
-export interface SubscriptionRecord {
+/** A subscription as kept in the control plane: attached to the topic incarnation `topicUid`. */
+export interface SubscriptionRecord extends SubscriptionSettings {
   name: string;
   topic: string;
   topicUid: string;
   uid: string;
   /** Bumped by every change; the highest wins across regions (see control-plane.ts). */
   version: number;
-  ackDeadlineSeconds: number;
-  messageRetentionDuration: string;
-  expirationPolicy: { ttl?: string };
-  retainAckedMessages?: boolean;
-  labels?: Record<string, string>;
-  enableMessageOrdering?: boolean;
-  enableExactlyOnceDelivery?: boolean;
 }
 
 export interface Tombstone {

@@ -1,4 +1,5 @@
-import { ApiError, invalidArgument, unavailable, type AckFailureCode } from '../errors.ts';
+import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../errors.ts';
+import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
 import type { DeliveryService, LeasedMessage, SettleOutcome } from './delivery.ts';
@@ -159,7 +160,7 @@ export class StreamingSession {
     }
     const frame = parseBody(streamingPullFrameSchema, json, 'streaming pull frame');
     if (frame.streamAckDeadlineSeconds !== undefined) {
-      this.ackDeadlineSeconds = checkStreamAckDeadline(frame.streamAckDeadlineSeconds);
+      this.ackDeadlineSeconds = checkAckDeadline(frame.streamAckDeadlineSeconds, 'streamAckDeadlineSeconds');
     }
     if (!this.record) await this.start(frame);
     else this.checkLaterFrame(frame);
@@ -233,7 +234,7 @@ export class StreamingSession {
     }
     const bySeconds = new Map<number, string[]>();
     ackIds.forEach((ackId, i) => {
-      if (seconds[i] < 0 || seconds[i] > 600) throw invalidArgument('modifyDeadlineSeconds must be between 0 and 600.');
+      checkDeadlineChange(seconds[i], 'modifyDeadlineSeconds');
       bySeconds.set(seconds[i], [...(bySeconds.get(seconds[i]) ?? []), ackId]);
     });
     const confirmation = {
@@ -433,11 +434,6 @@ export class StreamingSession {
 
 /** Flow-control size of a message: its data bytes. */
 const messageBytes = (message: LeasedMessage) => message.message.data?.length ?? 0;
-
-function checkStreamAckDeadline(seconds: number): number {
-  if (seconds < 10 || seconds > 600) throw invalidArgument('streamAckDeadlineSeconds must be between 10 and 600.');
-  return seconds;
-}
 
 function failed(outcome: SettleOutcome, code: AckFailureCode): string[] {
   return [...outcome.failures].filter(([, failure]) => failure === code).map(([ackId]) => ackId);

@@ -1,63 +1,28 @@
 import { invalidArgument, notFound } from '../errors.ts';
-import { notImplemented, parseBody } from '../schemas/common.ts';
-import {
-  subscriptionBodySchema,
-  updateSubscriptionBodySchema,
-  type SubscriptionBody,
-} from '../schemas/subscriptions.ts';
+import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
-import { newUid, type SubscriptionRecord, type Tombstone, type TopicRecord, versionOf } from './records.ts';
-import { checkDuration, parseDurationSeconds } from './durations.ts';
+import { parseDurationSeconds } from './durations.ts';
+import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
-import { readNamePage, type PageRequest } from './pagination.ts';
-import { checkBodyName, type TopicService } from './topics.ts';
+import { type PageRequest, readNamePage } from './pagination.ts';
+import { newUid, type SubscriptionRecord, type Tombstone, type TopicRecord, versionOf } from './records.ts';
 import type { Regions } from './regions.ts';
-import { parseUpdateMask } from './update-mask.ts';
+import { SUBSCRIPTION_FIELDS, type SubscriptionInput, type SubscriptionSettings } from './subscription-fields.ts';
+import { checkBodyName, type TopicService } from './topics.ts';
 
-export interface Subscription {
+export interface Subscription extends SubscriptionSettings {
   name: string;
   topic: string;
   pushConfig: Record<string, never>;
-  ackDeadlineSeconds: number;
-  retainAckedMessages?: boolean;
-  messageRetentionDuration: string;
-  labels?: Record<string, string>;
-  enableMessageOrdering?: boolean;
-  expirationPolicy: { ttl?: string };
-  enableExactlyOnceDelivery?: boolean;
   topicMessageRetentionDuration?: string;
   state: 'ACTIVE';
 }
 
-const DEFAULT_ACK_DEADLINE_SECONDS = 10;
-const DEFAULT_EXACTLY_ONCE_ACK_DEADLINE_SECONDS = 60;
-const DEFAULT_RETENTION = '604800s';
-const DEFAULT_EXPIRATION_TTL = '2678400s';
-const RETENTION_MIN_SECONDS = 600;
-const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
-const EXPIRATION_MIN_SECONDS = 24 * 3600;
-const EXPIRATION_MAX_SECONDS = 365 * 24 * 3600;
-
-const MUTABLE_FIELDS = [
-  'ackDeadlineSeconds',
-  'retainAckedMessages',
-  'messageRetentionDuration',
-  'labels',
-  'expirationPolicy',
-  'enableExactlyOnceDelivery',
-  'pushConfig',
-] as const;
-const IMMUTABLE_FIELDS = ['name', 'topic', 'enableMessageOrdering', 'filter'];
-const UNSUPPORTED_FIELDS = [
-  'deadLetterPolicy',
-  'retryPolicy',
-  'bigqueryConfig',
-  'cloudStorageConfig',
-  'bigtableConfig',
-  'messageTransforms',
-  'tags',
-  'detached',
-] as const;
+/** An UpdateSubscriptionRequest: the mask's paths are field names (lowerCamelCase). */
+export interface UpdateSubscriptionRequest {
+  subscription: SubscriptionInput;
+  updateMask: string[];
+}
 
 export function renderSubscription(record: SubscriptionRecord, liveTopic: TopicRecord | undefined): Subscription {
   const topicAlive = liveTopic?.uid === record.topicUid;
@@ -65,15 +30,9 @@ export function renderSubscription(record: SubscriptionRecord, liveTopic: TopicR
     name: record.name,
     topic: topicAlive ? record.topic : DELETED_TOPIC,
     pushConfig: {},
-    ackDeadlineSeconds: record.ackDeadlineSeconds,
-    messageRetentionDuration: record.messageRetentionDuration,
-    expirationPolicy: record.expirationPolicy,
+    ...(storedSettings(SUBSCRIPTION_FIELDS, record) as SubscriptionSettings),
     state: 'ACTIVE',
   };
-  if (record.retainAckedMessages) subscription.retainAckedMessages = true;
-  if (record.labels && Object.keys(record.labels).length > 0) subscription.labels = record.labels;
-  if (record.enableMessageOrdering) subscription.enableMessageOrdering = true;
-  if (record.enableExactlyOnceDelivery) subscription.enableExactlyOnceDelivery = true;
   if (topicAlive && liveTopic?.messageRetentionDuration) {
     subscription.topicMessageRetentionDuration = liveTopic.messageRetentionDuration;
   }
@@ -87,22 +46,12 @@ export class SubscriptionService {
     private readonly topics: TopicService,
   ) {}
 
-  async create(name: ResourceName, rawBody: unknown): Promise<Subscription> {
-    const body = parseBody(subscriptionBodySchema, rawBody, 'subscription');
-    checkBodyName(body.name, name);
-    if (!body.topic) throw invalidArgument('The subscription needs a topic (field "topic").');
-    const topicName = parseResourceName('topics', body.topic);
-    refuseUnsupported(body);
-    const exactlyOnce = body.enableExactlyOnceDelivery === true;
-    const settings = {
-      ackDeadlineSeconds: checkAckDeadline(body.ackDeadlineSeconds, exactlyOnce),
-      messageRetentionDuration: checkRetention(body.messageRetentionDuration),
-      expirationPolicy: checkExpiration(body.expirationPolicy),
-      ...(body.retainAckedMessages ? { retainAckedMessages: true } : {}),
-      ...(body.labels && Object.keys(body.labels).length > 0 ? { labels: body.labels } : {}),
-      ...(body.enableMessageOrdering ? { enableMessageOrdering: true } : {}),
-      ...(exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
-    };
+  async create(_caller: CallContext, name: ResourceName, subscription: SubscriptionInput): Promise<Subscription> {
+    checkBodyName(subscription.name, name);
+    if (!subscription.topic) throw invalidArgument('The subscription needs a topic (field "topic").');
+    const topicName = parseResourceName('topics', subscription.topic);
+    refuseUnimplemented(SUBSCRIPTION_FIELDS, subscription);
+    const settings = settleAll(SUBSCRIPTION_FIELDS, subscription) as SubscriptionSettings;
     this.regions.requireLocal();
     let topic: TopicRecord | undefined;
     const record = await this.controlPlane.create<SubscriptionRecord>('subscription', name, async (version) => {
@@ -119,52 +68,22 @@ export class SubscriptionService {
     return JSON.parse(json) as SubscriptionRecord;
   }
 
-  async get(name: ResourceName): Promise<Subscription> {
+  async get(_caller: CallContext, name: ResourceName): Promise<Subscription> {
     const record = await this.read(name);
     return renderSubscription(record, await this.liveTopic(record.topic));
   }
 
-  async update(name: ResourceName, rawBody: unknown): Promise<Subscription> {
-    const request = parseBody(updateSubscriptionBodySchema, rawBody, 'request');
-    const body = request.subscription;
-    checkBodyName(body.name, name);
-    const paths = parseUpdateMask(request.updateMask, 'UpdateSubscriptionRequest');
-    for (const path of paths) {
-      if (IMMUTABLE_FIELDS.includes(path)) {
-        throw invalidArgument(
-          `Invalid update_mask provided in the UpdateSubscriptionRequest: the '${path}' field in the Subscription is not mutable.`,
-        );
-      }
-      if ((UNSUPPORTED_FIELDS as readonly string[]).includes(path)) throw notImplemented(path);
-      if (!(MUTABLE_FIELDS as readonly string[]).includes(path)) {
-        throw invalidArgument(
-          `Invalid update_mask provided in the UpdateSubscriptionRequest: unknown field name "${path}".`,
-        );
-      }
-    }
-    if (paths.includes('pushConfig')) refusePushEndpoint(body.pushConfig);
+  async update(_caller: CallContext, name: ResourceName, request: UpdateSubscriptionRequest): Promise<Subscription> {
+    checkBodyName(request.subscription.name, name);
+    checkUpdateMask(SUBSCRIPTION_FIELDS, request.updateMask, 'UpdateSubscriptionRequest');
     this.regions.requireLocal();
-    const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) => {
-      const next: SubscriptionRecord = { ...record, version };
-      const has = (field: string) => paths.includes(field);
-      if (has('enableExactlyOnceDelivery')) setFlag(next, 'enableExactlyOnceDelivery', body.enableExactlyOnceDelivery);
-      if (has('retainAckedMessages')) setFlag(next, 'retainAckedMessages', body.retainAckedMessages);
-      if (has('ackDeadlineSeconds')) {
-        next.ackDeadlineSeconds = checkAckDeadline(body.ackDeadlineSeconds, next.enableExactlyOnceDelivery === true);
-      }
-      if (has('messageRetentionDuration'))
-        next.messageRetentionDuration = checkRetention(body.messageRetentionDuration);
-      if (has('expirationPolicy')) next.expirationPolicy = checkExpiration(body.expirationPolicy);
-      if (has('labels')) {
-        if (body.labels && Object.keys(body.labels).length > 0) next.labels = body.labels;
-        else delete next.labels;
-      }
-      return next;
-    });
+    const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
+      settleMasked(SUBSCRIPTION_FIELDS, { ...record, version }, request.updateMask, request.subscription),
+    );
     return renderSubscription(updated, await this.liveTopic(updated.topic));
   }
 
-  async delete(name: ResourceName): Promise<void> {
+  async delete(_caller: CallContext, name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
       tombstoneOf(record, version),
@@ -212,7 +131,11 @@ export class SubscriptionService {
     return expired;
   }
 
-  async list(project: string, page: PageRequest): Promise<{ subscriptions?: Subscription[]; nextPageToken?: string }> {
+  async list(
+    _caller: CallContext,
+    project: string,
+    page: PageRequest,
+  ): Promise<{ subscriptions?: Subscription[]; nextPageToken?: string }> {
     const { keys, redis } = this.regions.requireLocal().ctx;
     const { names, nextPageToken } = await readNamePage(
       (min, max, count) => redis.zrangebylex(keys.subscriptionIndex, min, max, 'LIMIT', 0, count),
@@ -273,53 +196,6 @@ export class SubscriptionService {
     const { ctx } = this.regions.requireLocal();
     const json = await ctx.redis.hget(ctx.keys.topics, topic);
     return json ? (JSON.parse(json) as TopicRecord) : undefined;
-  }
-}
-
-function setFlag(
-  record: SubscriptionRecord,
-  field: 'enableExactlyOnceDelivery' | 'retainAckedMessages',
-  value?: boolean,
-) {
-  if (value) record[field] = true;
-  else delete record[field];
-}
-
-function checkAckDeadline(seconds: number | undefined, exactlyOnce: boolean): number {
-  if (seconds === undefined || seconds === 0) {
-    return exactlyOnce ? DEFAULT_EXACTLY_ONCE_ACK_DEADLINE_SECONDS : DEFAULT_ACK_DEADLINE_SECONDS;
-  }
-  if (seconds < 10 || seconds > 600) {
-    throw invalidArgument(`Invalid ackDeadlineSeconds: ${seconds}. It must be between 10 and 600 seconds.`);
-  }
-  return seconds;
-}
-
-function checkRetention(value: string | undefined): string {
-  if (!value) return DEFAULT_RETENTION;
-  return checkDuration(value, 'messageRetentionDuration', RETENTION_MIN_SECONDS, RETENTION_MAX_SECONDS);
-}
-
-function checkExpiration(policy: { ttl?: string } | undefined): { ttl?: string } {
-  if (!policy) return { ttl: DEFAULT_EXPIRATION_TTL };
-  if (!policy.ttl) return {};
-  return { ttl: checkDuration(policy.ttl, 'expirationPolicy.ttl', EXPIRATION_MIN_SECONDS, EXPIRATION_MAX_SECONDS) };
-}
-
-function refusePushEndpoint(pushConfig: Record<string, unknown> | undefined): void {
-  if (pushConfig && Object.keys(pushConfig).length > 0) throw notImplemented('pushConfig');
-}
-
-function refuseUnsupported(body: SubscriptionBody): void {
-  refusePushEndpoint(body.pushConfig);
-  if (body.filter) throw notImplemented('filter');
-  for (const field of UNSUPPORTED_FIELDS) {
-    const value = body[field];
-    const empty =
-      value === undefined ||
-      value === false ||
-      (typeof value === 'object' && value !== null && Object.keys(value).length === 0);
-    if (!empty) throw notImplemented(field);
   }
 }
 

@@ -1,32 +1,26 @@
 import { invalidArgument, notFound } from '../errors.ts';
-import { notImplemented, parseBody } from '../schemas/common.ts';
-import { topicBodySchema, UNSUPPORTED_TOPIC_FIELDS, updateTopicBodySchema, type TopicBody } from '../schemas/topics.ts';
+import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
-import { newUid, type Tombstone, type TopicRecord } from './records.ts';
-import { checkDuration } from './durations.ts';
+import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import type { ResourceName } from './names.ts';
+import { type PageRequest, readNamePage } from './pagination.ts';
+import { newUid, type Tombstone, type TopicRecord } from './records.ts';
 import type { Regions } from './regions.ts';
-import { readNamePage, type PageRequest } from './pagination.ts';
-import { parseUpdateMask } from './update-mask.ts';
+import { TOPIC_FIELDS, type TopicInput, type TopicSettings } from './topic-fields.ts';
 
-export interface Topic {
+export interface Topic extends TopicSettings {
   name: string;
-  labels?: Record<string, string>;
-  messageRetentionDuration?: string;
-  messageStoragePolicy?: TopicRecord['messageStoragePolicy'];
   state: 'ACTIVE';
 }
 
-const RETENTION_MIN_SECONDS = 600;
-const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
-const MUTABLE_FIELDS = ['labels', 'messageRetentionDuration', 'messageStoragePolicy'] as const;
+/** An UpdateTopicRequest: the mask's paths are field names (lowerCamelCase). */
+export interface UpdateTopicRequest {
+  topic: TopicInput;
+  updateMask: string[];
+}
 
 export function renderTopic(record: TopicRecord): Topic {
-  const topic: Topic = { name: record.name, state: 'ACTIVE' };
-  if (record.labels && Object.keys(record.labels).length > 0) topic.labels = record.labels;
-  if (record.messageRetentionDuration) topic.messageRetentionDuration = record.messageRetentionDuration;
-  if (record.messageStoragePolicy) topic.messageStoragePolicy = record.messageStoragePolicy;
-  return topic;
+  return { name: record.name, ...storedSettings(TOPIC_FIELDS, record), state: 'ACTIVE' };
 }
 
 export class TopicService {
@@ -35,11 +29,10 @@ export class TopicService {
     private readonly controlPlane: ControlPlane,
   ) {}
 
-  async create(name: ResourceName, rawBody: unknown): Promise<Topic> {
-    const body = parseBody(topicBodySchema, rawBody === undefined ? {} : rawBody, 'topic');
-    checkBodyName(body.name, name);
-    refuseUnsupported(body);
-    const settings = this.checkSettingsAndRegions(body);
+  async create(_caller: CallContext, name: ResourceName, topic: TopicInput): Promise<Topic> {
+    checkBodyName(topic.name, name);
+    refuseUnimplemented(TOPIC_FIELDS, topic);
+    const settings = this.checkRegions(settleAll(TOPIC_FIELDS, topic));
     this.regions.requireLocal();
     const record = await this.controlPlane.create<TopicRecord>('topic', name, (version) => ({
       name: name.full,
@@ -50,7 +43,7 @@ export class TopicService {
     return renderTopic(record);
   }
 
-  async get(name: ResourceName): Promise<Topic> {
+  async get(_caller: CallContext, name: ResourceName): Promise<Topic> {
     return renderTopic(await this.read(name));
   }
 
@@ -62,30 +55,17 @@ export class TopicService {
     return JSON.parse(json) as TopicRecord;
   }
 
-  async update(name: ResourceName, rawBody: unknown): Promise<Topic> {
-    const request = parseBody(updateTopicBodySchema, rawBody, 'request');
+  async update(_caller: CallContext, name: ResourceName, request: UpdateTopicRequest): Promise<Topic> {
     checkBodyName(request.topic.name, name);
-    const paths = parseUpdateMask(request.updateMask, 'UpdateTopicRequest');
-    for (const path of paths) {
-      if ((UNSUPPORTED_TOPIC_FIELDS as readonly string[]).includes(path)) throw notImplemented(path);
-      if (!(MUTABLE_FIELDS as readonly string[]).includes(path)) {
-        throw invalidArgument(`Invalid update_mask provided in the UpdateTopicRequest: unknown field name "${path}".`);
-      }
-    }
-    const settings = this.checkSettingsAndRegions(request.topic);
+    checkUpdateMask(TOPIC_FIELDS, request.updateMask, 'UpdateTopicRequest');
     this.regions.requireLocal();
-    const updated = await this.controlPlane.replace('topic', name, (record: TopicRecord, version) => {
-      const next: TopicRecord = { ...record, version };
-      for (const path of paths as (typeof MUTABLE_FIELDS)[number][]) {
-        if (settings[path] === undefined) delete next[path];
-        else Object.assign(next, { [path]: settings[path] });
-      }
-      return next;
-    });
+    const updated = await this.controlPlane.replace('topic', name, (record: TopicRecord, version) =>
+      this.checkRegions(settleMasked(TOPIC_FIELDS, { ...record, version }, request.updateMask, request.topic)),
+    );
     return renderTopic(updated);
   }
 
-  async delete(name: ResourceName): Promise<void> {
+  async delete(_caller: CallContext, name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     await this.controlPlane.replace(
       'topic',
@@ -94,7 +74,11 @@ export class TopicService {
     );
   }
 
-  async list(project: string, page: PageRequest): Promise<{ topics?: Topic[]; nextPageToken?: string }> {
+  async list(
+    _caller: CallContext,
+    project: string,
+    page: PageRequest,
+  ): Promise<{ topics?: Topic[]; nextPageToken?: string }> {
     const { ctx } = this.regions.requireLocal();
     const { names, nextPageToken } = await readNamePage(
       (min, max, count) => ctx.redis.zrangebylex(ctx.keys.topicIndex, min, max, 'LIMIT', 0, count),
@@ -107,6 +91,7 @@ export class TopicService {
   }
 
   async listSubscriptions(
+    _caller: CallContext,
     name: ResourceName,
     page: PageRequest,
   ): Promise<{ subscriptions?: string[]; nextPageToken?: string }> {
@@ -120,9 +105,8 @@ export class TopicService {
     return { ...(names.length ? { subscriptions: names } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
   }
 
-  /** checkSettings, and the storage policy names only configured regions. */
-  private checkSettingsAndRegions(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {
-    const settings = checkSettings(body);
+  /** The storage policy names only configured regions (in a deployment with regions). */
+  private checkRegions<Settings extends TopicSettings>(settings: Settings): Settings {
     const regions = settings.messageStoragePolicy?.allowedPersistenceRegions ?? [];
     const unknown = this.regions.multiRegion ? regions.filter((region) => !this.regions.byName(region)) : [];
     if (unknown.length > 0) {
@@ -138,36 +122,4 @@ export function checkBodyName(bodyName: string | undefined, name: ResourceName):
   if (bodyName !== undefined && bodyName !== '' && bodyName !== name.full) {
     throw invalidArgument(`The name in the body (${bodyName}) does not match the name in the URL (${name.full}).`);
   }
-}
-
-function refuseUnsupported(body: TopicBody): void {
-  for (const field of UNSUPPORTED_TOPIC_FIELDS) {
-    const value = body[field];
-    const empty =
-      value === undefined ||
-      value === '' ||
-      (typeof value === 'object' && value !== null && Object.keys(value).length === 0);
-    if (!empty) throw notImplemented(field);
-  }
-}
-
-function checkSettings(body: TopicBody): Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> {
-  const settings: Pick<TopicRecord, (typeof MUTABLE_FIELDS)[number]> = {};
-  if (body.labels && Object.keys(body.labels).length > 0) settings.labels = body.labels;
-  if (body.messageRetentionDuration) {
-    settings.messageRetentionDuration = checkDuration(
-      body.messageRetentionDuration,
-      'messageRetentionDuration',
-      RETENTION_MIN_SECONDS,
-      RETENTION_MAX_SECONDS,
-    );
-  }
-  if (body.messageStoragePolicy) {
-    const regions = body.messageStoragePolicy.allowedPersistenceRegions;
-    if (!regions || regions.length === 0) {
-      throw invalidArgument('Invalid messageStoragePolicy: allowedPersistenceRegions must list at least one region.');
-    }
-    settings.messageStoragePolicy = body.messageStoragePolicy;
-  }
-  return settings;
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { ApiError, invalidArgument } from '../errors.ts';
+import { type ApiError, invalidArgument } from '../errors.ts';
+import type { FieldTable, WireOf } from '../broker/fields.ts';
 
 /**
  * Shared pieces of the request schemas, and the one place where a zod failure becomes a
@@ -46,28 +47,8 @@ function describeIssues(error: z.ZodError, spelled: Map<string, string>): ApiErr
   return invalidArgument(`Invalid value at '${path || 'body'}': ${issue.message}`);
 }
 
-/** Labels: at most 64, lowercase keys (Pub/Sub's label rules). */
-export const labelsSchema = z
-  .record(
-    z
-      .string()
-      .regex(
-        /^[a-z][a-z0-9_-]{0,62}$/,
-        'label keys start with a lowercase letter and hold at most 63 lowercase letters, digits, "_" or "-"',
-      ),
-    z.string().regex(/^[a-z0-9_-]{0,63}$/, 'label values hold at most 63 lowercase letters, digits, "_" or "-"'),
-  )
-  .refine((labels) => Object.keys(labels).length <= 64, 'at most 64 labels are allowed');
-
-export const durationString = z.string().regex(/^\d{1,12}(\.\d{1,9})?s$/, 'expected a duration such as "600s"');
-
-/** int64 fields arrive as JSON strings or numbers; int32 as numbers (strings tolerated). */
-export const int32 = z.preprocess(
-  (value) => (typeof value === 'string' && /^-?\d+$/.test(value) ? Number(value) : value),
-  z.number().int('expected an integer'),
-);
-
-/** A field the broker knows but does not implement yet: refused, never silently ignored. */
-export function notImplemented(field: string): ApiError {
-  return new ApiError('UNIMPLEMENTED', `The field "${field}" is not supported by this broker yet.`);
+/** The strict JSON schema of a resource whose fields a table declares: each field optional. */
+export function resourceSchema<Table extends FieldTable<never>>(table: Table): z.ZodType<WireOf<Table>> {
+  const shape = Object.fromEntries(Object.entries(table).map(([name, field]) => [name, field.wire.optional()]));
+  return z.strictObject(shape) as unknown as z.ZodType<WireOf<Table>>;
 }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { int32 } from './common.ts';
+import { int32 } from './wire-types.ts';
 
 /** int64 fields (maxOutstanding*) arrive as JSON numbers or strings. */
 const int64 = z.preprocess(

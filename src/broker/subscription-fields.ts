@@ -1,0 +1,118 @@
+import { z } from 'zod';
+import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
+import { checkAckDeadline } from './ack-deadline.ts';
+import { checkDuration, parseDurationSeconds } from './durations.ts';
+import { type FieldDefinition, type FieldTable, notImplemented, type WireOf } from './fields.ts';
+
+/**
+ * Every field of a Pub/Sub Subscription, declared once (see fields.ts). The stored settings are
+ * settled in this order: a setting may depend on one above it (the default ack deadline on
+ * exactly-once delivery).
+ */
+
+/** The settings a subscription record stores (records.ts), as the table below settles them. */
+export interface SubscriptionSettings {
+  enableExactlyOnceDelivery?: boolean;
+  ackDeadlineSeconds: number;
+  messageRetentionDuration: string;
+  expirationPolicy: { ttl?: string };
+  retainAckedMessages?: boolean;
+  labels?: Record<string, string>;
+  enableMessageOrdering?: boolean;
+}
+
+const DEFAULT_ACK_DEADLINE_SECONDS = 10;
+const DEFAULT_EXACTLY_ONCE_ACK_DEADLINE_SECONDS = 60;
+const DEFAULT_RETENTION = '604800s';
+const DEFAULT_EXPIRATION_TTL = '2678400s';
+const RETENTION_MIN_SECONDS = 600;
+const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
+const EXPIRATION_MIN_SECONDS = 24 * 3600;
+const EXPIRATION_MAX_SECONDS = 365 * 24 * 3600;
+
+const field = <Value>(definition: FieldDefinition<SubscriptionSettings, Value>) => definition;
+/** A flag is stored only when set. */
+const flag = (value: boolean | undefined): true | undefined => (value ? true : undefined);
+const configFlag = (value: boolean | undefined) => (value ? '1' : '0');
+
+export const SUBSCRIPTION_FIELDS = {
+  name: field({ wire: z.string(), access: 'immutable' }),
+  topic: field({ wire: z.string(), access: 'immutable' }),
+  pushConfig: field({
+    wire: z.record(z.string(), z.unknown()),
+    access: 'mutable',
+    // Pull delivery only: an empty pushConfig is what a pull subscription has.
+    settle: (value) => {
+      if (value && Object.keys(value).length > 0) throw notImplemented('pushConfig');
+      return undefined;
+    },
+  }),
+  enableExactlyOnceDelivery: field({
+    wire: z.boolean(),
+    access: 'mutable',
+    settle: flag,
+    deliveryConfig: (value: true | undefined) => [['exactlyOnce', configFlag(value)]],
+  }),
+  ackDeadlineSeconds: field({
+    wire: int32,
+    access: 'mutable',
+    settle: (seconds, settled) => {
+      if (seconds === undefined || seconds === 0) {
+        return settled.enableExactlyOnceDelivery
+          ? DEFAULT_EXACTLY_ONCE_ACK_DEADLINE_SECONDS
+          : DEFAULT_ACK_DEADLINE_SECONDS;
+      }
+      return checkAckDeadline(seconds, 'ackDeadlineSeconds');
+    },
+    deliveryConfig: (seconds: number) => [['ackDeadlineUs', String(seconds * 1_000_000)]],
+  }),
+  retainAckedMessages: field({ wire: z.boolean(), access: 'mutable', settle: flag }),
+  messageRetentionDuration: field({
+    wire: durationString,
+    access: 'mutable',
+    settle: (value) =>
+      value
+        ? checkDuration(value, 'messageRetentionDuration', RETENTION_MIN_SECONDS, RETENTION_MAX_SECONDS)
+        : DEFAULT_RETENTION,
+    deliveryConfig: (retention: string) => [
+      ['retentionUs', String(Math.round(parseDurationSeconds(retention, 'messageRetentionDuration') * 1_000_000))],
+    ],
+  }),
+  labels: field({
+    wire: labelsSchema,
+    access: 'mutable',
+    settle: (labels) => (labels && Object.keys(labels).length > 0 ? labels : undefined),
+  }),
+  enableMessageOrdering: field({
+    wire: z.boolean(),
+    access: 'immutable',
+    settle: flag,
+    deliveryConfig: (value: true | undefined) => [['ordered', configFlag(value)]],
+  }),
+  expirationPolicy: field({
+    wire: z.strictObject({ ttl: durationString.optional() }),
+    access: 'mutable',
+    settle: (policy) => {
+      if (!policy) return { ttl: DEFAULT_EXPIRATION_TTL };
+      if (!policy.ttl) return {};
+      return {
+        ttl: checkDuration(policy.ttl, 'expirationPolicy.ttl', EXPIRATION_MIN_SECONDS, EXPIRATION_MAX_SECONDS),
+      };
+    },
+  }),
+  filter: field({ wire: z.string(), access: 'immutable', unimplemented: true }),
+  deadLetterPolicy: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  retryPolicy: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  detached: field({ wire: z.boolean(), access: 'mutable', unimplemented: true }),
+  bigqueryConfig: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  cloudStorageConfig: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  bigtableConfig: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  messageTransforms: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  tags: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  state: field({ wire: z.string(), access: 'output' }),
+  topicMessageRetentionDuration: field({ wire: z.string(), access: 'output' }),
+  analyticsHubSubscriptionInfo: field({ wire: z.unknown(), access: 'output' }),
+} satisfies FieldTable<SubscriptionSettings>;
+
+/** A Subscription as a request gives it (every field optional; bytes and names still unchecked). */
+export type SubscriptionInput = WireOf<typeof SUBSCRIPTION_FIELDS>;

@@ -1,0 +1,66 @@
+import { z } from 'zod';
+import { invalidArgument } from '../errors.ts';
+import { durationString, labelsSchema } from '../schemas/wire-types.ts';
+import { checkDuration } from './durations.ts';
+import type { FieldDefinition, FieldTable, WireOf } from './fields.ts';
+
+/** Every field of a Pub/Sub Topic, declared once (see fields.ts). */
+
+export interface MessageStoragePolicy {
+  allowedPersistenceRegions?: string[];
+  enforceInTransit?: boolean;
+}
+
+/** The settings a topic record stores (records.ts), as the table below settles them. */
+export interface TopicSettings {
+  labels?: Record<string, string>;
+  messageRetentionDuration?: string;
+  messageStoragePolicy?: MessageStoragePolicy;
+}
+
+const RETENTION_MIN_SECONDS = 600;
+const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
+
+const field = <Value>(definition: FieldDefinition<TopicSettings, Value>) => definition;
+
+export const TOPIC_FIELDS = {
+  name: field({ wire: z.string(), access: 'fixed' }),
+  labels: field({
+    wire: labelsSchema,
+    access: 'mutable',
+    settle: (labels) => (labels && Object.keys(labels).length > 0 ? labels : undefined),
+  }),
+  messageRetentionDuration: field({
+    wire: durationString,
+    access: 'mutable',
+    settle: (value) =>
+      value
+        ? checkDuration(value, 'messageRetentionDuration', RETENTION_MIN_SECONDS, RETENTION_MAX_SECONDS)
+        : undefined,
+  }),
+  messageStoragePolicy: field({
+    wire: z.strictObject({
+      allowedPersistenceRegions: z.array(z.string().min(1)).optional(),
+      enforceInTransit: z.boolean().optional(),
+    }),
+    access: 'mutable',
+    // Which regions exist is the topic service's to check (it knows the deployment).
+    settle: (policy) => {
+      if (!policy) return undefined;
+      if (!policy.allowedPersistenceRegions?.length) {
+        throw invalidArgument('Invalid messageStoragePolicy: allowedPersistenceRegions must list at least one region.');
+      }
+      return policy;
+    },
+  }),
+  kmsKeyName: field({ wire: z.string(), access: 'mutable', unimplemented: true }),
+  schemaSettings: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  ingestionDataSourceSettings: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  messageTransforms: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  tags: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
+  state: field({ wire: z.string(), access: 'output' }),
+  satisfiesPzs: field({ wire: z.boolean(), access: 'output' }),
+} satisfies FieldTable<TopicSettings>;
+
+/** A Topic as a request gives it (every field optional). */
+export type TopicInput = WireOf<typeof TOPIC_FIELDS>;
