@@ -1,6 +1,6 @@
 -- Prepended to every script by src/redis/scripts.ts. Kept tiny on purpose.
 
--- The one clock (DESIGN.md invariant 3): the Redis server's TIME, in microseconds,
+-- The one clock (README.md, Semantics, "One clock"): the Redis server's TIME, in microseconds,
 -- unless the caller passes an explicit time (tests drive time with a manual clock).
 local function now_us(override)
   if override ~= '' then return tonumber(override) end

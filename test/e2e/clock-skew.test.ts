@@ -1,5 +1,5 @@
-// "Two broker processes on the same Redis, one with a clock minutes off, must not break any
-// guarantee" (DESIGN.md invariant 3: leases are judged by one clock, Redis TIME).
+// Two broker processes on the same Redis, one with a clock minutes off, must not break any
+// guarantee: leases are judged by one clock, Redis TIME (README.md, Semantics, "One clock").
 //
 // Real broker processes (src/server.ts) share the standalone test Redis and one KEY_PREFIX:
 //   A  normal clock

@@ -1,4 +1,5 @@
-// Randomized property test of exactly-once delivery (reference §4.3 and §5), through the HTTP API.
+// Randomized property test of exactly-once delivery (README.md, Semantics, "Exactly-once";
+// https://cloud.google.com/pubsub/docs/exactly-once-delivery), through the HTTP API.
 //
 // ~2000 messages are published to an exactly-once subscription (ackDeadlineSeconds 10), then K
 // simulated pullers, interleaved by a seeded PRNG, pull, ack, nack, extend, re-ack, ack stale and

@@ -1,6 +1,7 @@
-// Every Lua script documents its contract in a header, and the header is checked against the
-// body (DESIGN.md, "Codebases to learn from": key counts that only a filename states, and keys
-// used but never declared, are exactly the bugs that break Redis Cluster).
+// Every Lua script documents its contract in a header (README.md, Design), and the header is
+// checked against the body: key counts that only a filename states, and keys used but never
+// declared, are exactly the bugs that break Redis Cluster (every key a script touches must be
+// passed in KEYS and share one hash tag, src/redis/SCHEMA.md).
 //
 // For each file in src/lua except prelude.lua:
 //   - it opens with a `--[[ ... ]]` header: "<name>: purpose", one line per KEYS[i], ARGV lines,

@@ -86,8 +86,8 @@ t.test('fastifyUrlToOpenApiPath', async (t) => {
   t.equal(fastifyUrlToOpenApiPath('/a/:id(\\d+(?:\\))?)/b'), '/a/{id}/b', 'nested and escaped parentheses');
   t.equal(fastifyUrlToOpenApiPath('/healthz'), '/healthz');
   t.equal(fastifyUrlToOpenApiPath('/x/static::verb'), '/x/static:verb');
-  // The routing trap from DESIGN.md: without a regex the parameter swallows the verb, so such a
-  // route can never match the spec.
+  // Fastify's routing trap: its router ends a parameter name only at `/`, `-`, `.` or `(`, so
+  // without a regex the parameter swallows the verb, and such a route can never match the spec.
   t.equal(fastifyUrlToOpenApiPath('/topics/:topic::publish'), '/topics/{topic::publish}');
 });
 

@@ -1,6 +1,8 @@
-// Publish request validation and limits (reference §2.2 Publish, §3): every rejected request
-// answers the whole expected error body and stores nothing; the exactly-at-limit cases are
-// accepted and delivered intact. Runs against standalone Redis and Redis Cluster.
+// Publish request validation and limits (README.md, Semantics, "Publish";
+// https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.topics/publish and the resource
+// limits of https://cloud.google.com/pubsub/quotas): every rejected request answers the whole
+// expected error body and stores nothing; the exactly-at-limit cases are accepted and delivered
+// intact. Runs against standalone Redis and Redis Cluster.
 
 import t from 'tap';
 import { createHash } from 'node:crypto';

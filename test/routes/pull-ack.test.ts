@@ -1,7 +1,10 @@
 // Pull, Acknowledge and ModifyAckDeadline request bodies: every rejected request answers the
 // whole expected error body and changes no lease; maxMessages above 1000 is capped, not
-// refused; ack IDs are checked the way reference §2.2 and §4.3 describe. Runs against
-// standalone Redis and Redis Cluster.
+// refused; ack IDs are checked the way the REST reference and the exactly-once page describe
+// (https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.subscriptions/acknowledge,
+// https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.subscriptions/modifyAckDeadline,
+// https://cloud.google.com/pubsub/docs/exactly-once-delivery). Runs against standalone Redis
+// and Redis Cluster.
 
 import t from 'tap';
 import { redisTargets } from '../helpers/redis.ts';

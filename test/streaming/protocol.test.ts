@@ -1,5 +1,7 @@
-// Streaming pull over WebSocket (reference §10), spoken with a raw `ws` client against a
-// listening buildApp (streamHeartbeatMs 300 unless a test needs otherwise):
+// Streaming pull over WebSocket (README.md, "Streaming pull over WebSocket"; the frames are the
+// StreamingPullRequest and StreamingPullResponse messages of googleapis' google/pubsub/v1/pubsub.proto
+// in their JSON field names), spoken with a raw `ws` client against a listening buildApp
+// (streamHeartbeatMs 300 unless a test needs otherwise):
 //   - first-frame rules and every way a frame is refused (error frame, then close 4000+gRPC code
 //     with a JSON {"error":{...}} reason);
 //   - the first server frame is subscriptionProperties; pushes need no client request, and the
