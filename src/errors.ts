@@ -70,7 +70,11 @@ export const failedPrecondition = (message: string) => new ApiError('FAILED_PREC
 export const unavailable = (message = 'The service is currently unavailable: the message store cannot be reached.') =>
   new ApiError('UNAVAILABLE', message);
 
-/** Per-ack-ID failure codes that official clients understand (reference §4.3). */
+/**
+ * Per-ack-ID failure codes that official clients understand, in the metadata of the
+ * EXACTLY_ONCE_ACKID_FAILURE ErrorInfo (README.md, Semantics, "Exactly-once";
+ * https://cloud.google.com/pubsub/docs/exactly-once-delivery).
+ */
 export type AckFailureCode =
   | 'PERMANENT_FAILURE_INVALID_ACK_ID'
   | 'TRANSIENT_FAILURE_OTHER'

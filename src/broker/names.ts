@@ -1,8 +1,9 @@
 import { invalidArgument } from '../errors.ts';
 
 /**
- * Pub/Sub resource names (reference §1): IDs start with a letter, hold letters, digits and
- * `-_.~+%`, are 3–255 characters long, and do not start with `goog`.
+ * Pub/Sub resource names (https://cloud.google.com/pubsub/docs/admin#resource_names): IDs start
+ * with a letter, hold letters, digits and `-_.~+%`, are 3–255 characters long, and do not start
+ * with `goog`.
  */
 const RESOURCE_ID = /^(?!goog)[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$/;
 // Project IDs and numbers: lenient (any real project ID passes), but never a path separator.

@@ -3,7 +3,7 @@ import type { BrokerContext } from './context.ts';
 import type { Wakeups } from './wakeups.ts';
 
 /**
- * Regions (reference §11): each region keeps its messages in its own Redis; a broker node serves
+ * Regions (README.md, "Regions"): each region keeps its messages in its own Redis; a broker node serves
  * one region's endpoint (the local region) and talks to every region's Redis. Topics and
  * subscriptions are global: every region holds a full copy of the control plane, kept in step
  * by src/broker/control-plane.ts. With no region configuration there is one unnamed region and

@@ -10,7 +10,8 @@ import type { SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
 
 /**
- * One streaming pull (reference §10) over any message transport (the route uses a WebSocket).
+ * One streaming pull (StreamingPull in googleapis' google/pubsub/v1/pubsub.proto; README.md,
+ * "Streaming pull over WebSocket") over any message transport (the route uses a WebSocket).
  * Messages are pushed as soon as they are published: the session waits on the topic's wake-up
  * channel, never on a polling interval. Flow control stops delivery at the client's
  * maxOutstandingMessages / maxOutstandingBytes and resumes as it acks. Acks and deadline changes

@@ -7,7 +7,7 @@ const int64 = z.preprocess(
   z.number().int('expected an integer'),
 );
 
-/** A StreamingPullRequest frame (reference §10), in its JSON field names. */
+/** A StreamingPullRequest frame (google/pubsub/v1/pubsub.proto in googleapis/googleapis), in its JSON field names. */
 export const streamingPullFrameSchema = z.strictObject({
   subscription: z.string().optional(),
   ackIds: z.array(z.string()).optional(),
