@@ -1,9 +1,17 @@
 import type { FastifyInstance } from 'fastify';
 import type { WebSocket } from 'ws';
 import { resourceName } from '../src/broker/names.ts';
-import { closeCodeFor, closeReason, type StreamingSession } from '../src/broker/streaming.ts';
+import {
+  closeCodeFor,
+  closeReason,
+  type StreamingPullRequest,
+  type StreamingSession,
+} from '../src/broker/streaming.ts';
 import { ApiError, failedPrecondition, invalidArgument } from '../src/errors.ts';
+import { parseBody } from '../src/schemas/common.ts';
+import { streamingPullFrameSchema } from '../src/schemas/streaming.ts';
 import { SUBSCRIPTION_PATH, type RouteOptions } from './options.ts';
+import { httpCaller } from './caller.ts';
 import { MAX_STREAM_FRAME_BYTES } from './limits.ts';
 
 interface SubscriptionParams {
@@ -34,7 +42,7 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
       let session: StreamingSession;
       try {
         const name = resourceName('subscriptions', request.params.project, request.params.subscription);
-        session = broker.streams.open(name, transport);
+        session = broker.streams.open(httpCaller(broker, 'websocket'), name, transport);
       } catch (error) {
         const apiError = error instanceof ApiError ? error : invalidArgument(String(error));
         socket.send(JSON.stringify(apiError.toEnvelope()));
@@ -57,7 +65,8 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
           );
         }
         if (isBinary) return session.fail(invalidArgument('Streaming pull frames are JSON text frames.'));
-        session.receive(data.toString('utf8'));
+        const text = data.toString('utf8');
+        session.receive(() => decodeFrame(text));
       });
       socket.on('close', () => {
         clearInterval(pinger);
@@ -66,4 +75,15 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
       socket.on('error', () => socket.terminate());
     },
   });
+}
+
+/** A client frame: a StreamingPullRequest in JSON text. */
+function decodeFrame(text: string): StreamingPullRequest {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw invalidArgument('Invalid JSON payload received in a streaming pull frame.');
+  }
+  return parseBody(streamingPullFrameSchema, json, 'streaming pull frame');
 }

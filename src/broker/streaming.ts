@@ -1,7 +1,6 @@
 import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../errors.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
-import { parseBody } from '../schemas/common.ts';
-import { streamingPullFrameSchema, type StreamingPullFrame } from '../schemas/streaming.ts';
+import type { CallContext } from './call-context.ts';
 import type { DeliveryService, LeasedMessage, SettleOutcome } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import { receivedMessagesJson } from './received-json.ts';
@@ -22,6 +21,19 @@ export interface StreamTransport {
   send(json: string | Buffer): boolean;
   /** Ends the stream with a close code and a reason in the Pub/Sub error shape. */
   close(code: number, reason: string): void;
+}
+
+/** A StreamingPullRequest (google/pubsub/v1/pubsub.proto), as a front end decodes one frame. */
+export interface StreamingPullRequest {
+  subscription?: string;
+  ackIds?: string[];
+  modifyDeadlineSeconds?: number[];
+  modifyDeadlineAckIds?: string[];
+  streamAckDeadlineSeconds?: number;
+  clientId?: string;
+  maxOutstandingMessages?: number;
+  maxOutstandingBytes?: number;
+  protocolVersion?: number;
 }
 
 export interface StreamingOptions {
@@ -105,6 +117,8 @@ export class StreamingSession {
   private nudge: () => void = () => {};
 
   constructor(
+    /** Who opened the stream: its frames are that caller's calls. */
+    readonly caller: CallContext,
     private readonly name: ResourceName,
     private readonly transport: StreamTransport,
     private readonly delivery: DeliveryService,
@@ -119,8 +133,12 @@ export class StreamingSession {
   }
 
   /** Feeds one client frame (raw JSON text). */
-  receive(text: string): void {
-    this.queue = this.queue.then(() => this.handle(text)).catch((error) => this.fail(error));
+  /**
+   * Feeds one client frame. The front end decodes it with `decode` in arrival order, so that a
+   * frame that does not decode ends the stream only after the frames before it were applied.
+   */
+  receive(decode: () => StreamingPullRequest): void {
+    this.queue = this.queue.then(() => this.handle(decode)).catch((error) => this.fail(error));
   }
 
   /**
@@ -149,17 +167,11 @@ export class StreamingSession {
     this.transport.close(closeCodeFor(apiError), closeReason(apiError));
   }
 
-  private async handle(text: string): Promise<void> {
+  private async handle(decode: () => StreamingPullRequest): Promise<void> {
     // Frames that arrived before a plain close still count (acks sent just before closing must
     // take effect); after a protocol error, or before the stream started, nothing more is done.
     if (this.failed || (this.closed && !this.record)) return;
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      throw invalidArgument('Invalid JSON payload received in a streaming pull frame.');
-    }
-    const frame = parseBody(streamingPullFrameSchema, json, 'streaming pull frame');
+    const frame = decode();
     if (frame.streamAckDeadlineSeconds !== undefined) {
       this.ackDeadlineSeconds = checkAckDeadline(frame.streamAckDeadlineSeconds, 'streamAckDeadlineSeconds');
     }
@@ -172,7 +184,7 @@ export class StreamingSession {
     if (isKeepAlive && this.sentProperties) this.send({});
   }
 
-  private async start(frame: StreamingPullFrame): Promise<void> {
+  private async start(frame: StreamingPullRequest): Promise<void> {
     if (frame.subscription !== undefined && frame.subscription !== this.name.full) {
       throw invalidArgument(
         `The subscription in the first frame (${frame.subscription}) does not match the path (${this.name.full}).`,
@@ -200,7 +212,7 @@ export class StreamingSession {
     void this.deliverLoop().catch((error) => this.fail(error));
   }
 
-  private checkLaterFrame(frame: StreamingPullFrame): void {
+  private checkLaterFrame(frame: StreamingPullRequest): void {
     for (const field of [
       'subscription',
       'clientId',
@@ -227,7 +239,7 @@ export class StreamingSession {
     });
   }
 
-  private async modify(frame: StreamingPullFrame): Promise<void> {
+  private async modify(frame: StreamingPullRequest): Promise<void> {
     const ackIds = frame.modifyDeadlineAckIds ?? [];
     const seconds = frame.modifyDeadlineSeconds ?? [];
     if (ackIds.length !== seconds.length) {

@@ -1,4 +1,5 @@
 import { unavailable } from '../errors.ts';
+import type { CallContext } from './call-context.ts';
 import type { DeliveryService } from './delivery.ts';
 import type { ResourceName } from './names.ts';
 import { StreamingSession, type StreamTransport } from './streaming.ts';
@@ -18,8 +19,8 @@ export class StreamRegistry {
     readonly heartbeatMs: number,
   ) {}
 
-  open(name: ResourceName, transport: StreamTransport): StreamingSession {
-    const session = new StreamingSession(name, transport, this.delivery, this.subscriptions, {
+  open(caller: CallContext, name: ResourceName, transport: StreamTransport): StreamingSession {
+    const session = new StreamingSession(caller, name, transport, this.delivery, this.subscriptions, {
       heartbeatMs: this.heartbeatMs,
     });
     this.sessions.add(session);

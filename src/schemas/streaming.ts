@@ -19,4 +19,3 @@ export const streamingPullFrameSchema = z.strictObject({
   maxOutstandingBytes: int64.optional(),
   protocolVersion: int64.optional(),
 });
-export type StreamingPullFrame = z.infer<typeof streamingPullFrameSchema>;
