@@ -1,14 +1,15 @@
 import type { FastifyInstance } from 'fastify';
 import type { WebSocket } from 'ws';
 import { resourceName } from '../src/broker/names.ts';
-import {
-  closeCodeFor,
-  closeReason,
-  type StreamingPullRequest,
-  type StreamingSession,
+import type {
+  StreamingPullRequest,
+  StreamingPullResponse,
+  StreamingSession,
+  StreamTransport,
 } from '../src/broker/streaming.ts';
-import { ApiError, failedPrecondition, invalidArgument } from '../src/errors.ts';
+import { ApiError, failedPrecondition, GRPC_CODES, invalidArgument } from '../src/errors.ts';
 import { parseBody } from '../src/schemas/common.ts';
+import { receivedMessagesJson } from '../src/schemas/received-json.ts';
 import { streamingPullFrameSchema } from '../src/schemas/streaming.ts';
 import { SUBSCRIPTION_PATH, type RouteOptions } from './options.ts';
 import { httpCaller } from './caller.ts';
@@ -31,22 +32,20 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
       throw failedPrecondition('streamingPull needs a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket).');
     },
     wsHandler: (socket: WebSocket, request) => {
-      const transport = {
-        send: (json: string | Buffer) => {
+      const transport: StreamTransport = {
+        send: (response) => {
           if (socket.readyState !== socket.OPEN) return false;
-          socket.send(json, { binary: false });
+          socket.send(encodeResponse(response), { binary: false });
           return true;
         },
-        close: (code: number, reason: string) => socket.close(code, reason),
+        close: (error) => closeWithError(socket, error),
       };
       let session: StreamingSession;
       try {
         const name = resourceName('subscriptions', request.params.project, request.params.subscription);
         session = broker.streams.open(httpCaller(broker, 'websocket'), name, transport);
       } catch (error) {
-        const apiError = error instanceof ApiError ? error : invalidArgument(String(error));
-        socket.send(JSON.stringify(apiError.toEnvelope()));
-        socket.close(closeCodeFor(apiError), closeReason(apiError));
+        closeWithError(socket, error instanceof ApiError ? error : invalidArgument(String(error)));
         return;
       }
       // Dead peers: a ping every heartbeat; no pong by the next one ends the stream. Its
@@ -86,4 +85,35 @@ function decodeFrame(text: string): StreamingPullRequest {
     throw invalidArgument('Invalid JSON payload received in a streaming pull frame.');
   }
   return parseBody(streamingPullFrameSchema, json, 'streaming pull frame');
+}
+
+/**
+ * A response frame in JSON text. Frames with messages are written straight into one Buffer
+ * (received-json.ts); the others are small.
+ */
+function encodeResponse(response: StreamingPullResponse): string | Buffer {
+  const { receivedMessages, ...rest } = response;
+  return receivedMessages ? receivedMessagesJson(receivedMessages, rest) : JSON.stringify(response);
+}
+
+/** A WebSocket close reason holds at most 123 bytes; the full error goes out as a frame first. */
+const MAX_CLOSE_REASON_BYTES = 123;
+
+/**
+ * Ends a stream with an error: a frame `{"error":{code,message,status}}`, then a close whose code
+ * is 4000 + the gRPC code (so that clients can tell the retryable ones) and whose reason is the
+ * same error, its message shortened to fit.
+ */
+function closeWithError(socket: WebSocket, error: ApiError): void {
+  if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(error.toEnvelope()));
+  socket.close(4000 + GRPC_CODES[error.status], closeReason(error));
+}
+
+function closeReason(error: ApiError): string {
+  let message = error.message;
+  for (;;) {
+    const reason = JSON.stringify({ error: { code: error.httpStatus, message, status: error.status } });
+    if (Buffer.byteLength(reason) <= MAX_CLOSE_REASON_BYTES || message.length === 0) return reason;
+    message = message.slice(0, Math.max(0, message.length - 8));
+  }
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
-import { receivedMessagesJson } from '../src/broker/received-json.ts';
+import { receivedMessagesJson } from '../src/schemas/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import {
   acknowledgeBodySchema,

@@ -26,6 +26,26 @@ export const CANONICAL_HTTP_STATUS = {
 
 export type CanonicalStatus = keyof typeof CANONICAL_HTTP_STATUS;
 
+/** The numeric gRPC code of each canonical status (google.rpc.Code). */
+export const GRPC_CODES: Record<CanonicalStatus, number> = {
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  DATA_LOSS: 15,
+  UNAUTHENTICATED: 16,
+};
+
 export interface ErrorInfoDetail {
   '@type': 'type.googleapis.com/google.rpc.ErrorInfo';
   reason: string;

@@ -3,7 +3,6 @@ import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
 import type { DeliveryService, LeasedMessage, SettleOutcome } from './delivery.ts';
 import type { ResourceName } from './names.ts';
-import { receivedMessagesJson } from './received-json.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
@@ -17,10 +16,26 @@ import { CONFIG_CHANGED } from './wakeups.ts';
  * may come on the stream; on exactly-once subscriptions each is confirmed per ack ID.
  */
 export interface StreamTransport {
-  /** Sends one frame's JSON text; false when the transport is no longer open (the frame is lost). */
-  send(json: string | Buffer): boolean;
-  /** Ends the stream with a close code and a reason in the Pub/Sub error shape. */
-  close(code: number, reason: string): void;
+  /** Sends one response frame; false when the transport is no longer open (the frame is lost). */
+  send(response: StreamingPullResponse): boolean;
+  /** Ends the stream with an error, which the transport tells the client as its wire allows. */
+  close(error: ApiError): void;
+}
+
+/** Per-ack-ID results of acks or deadline changes made on an exactly-once stream. */
+export interface StreamConfirmation {
+  ackIds: string[];
+  invalidAckIds: string[];
+  unorderedAckIds?: string[];
+  temporaryFailedAckIds: string[];
+}
+
+/** A StreamingPullResponse (google/pubsub/v1/pubsub.proto); an empty one is a heartbeat. */
+export interface StreamingPullResponse {
+  receivedMessages?: LeasedMessage[];
+  subscriptionProperties?: SubscriptionProperties;
+  acknowledgeConfirmation?: StreamConfirmation;
+  modifyAckDeadlineConfirmation?: StreamConfirmation;
 }
 
 /** A StreamingPullRequest (google/pubsub/v1/pubsub.proto), as a front end decodes one frame. */
@@ -41,26 +56,6 @@ export interface StreamingOptions {
   heartbeatMs: number;
 }
 
-/** WebSocket close codes: 4000 + the canonical gRPC code, so clients can tell retryable ones. */
-const GRPC_CODES: Record<string, number> = {
-  CANCELLED: 1,
-  UNKNOWN: 2,
-  INVALID_ARGUMENT: 3,
-  DEADLINE_EXCEEDED: 4,
-  NOT_FOUND: 5,
-  ALREADY_EXISTS: 6,
-  PERMISSION_DENIED: 7,
-  RESOURCE_EXHAUSTED: 8,
-  FAILED_PRECONDITION: 9,
-  ABORTED: 10,
-  OUT_OF_RANGE: 11,
-  UNIMPLEMENTED: 12,
-  INTERNAL: 13,
-  UNAVAILABLE: 14,
-  DATA_LOSS: 15,
-  UNAUTHENTICATED: 16,
-};
-export const closeCodeFor = (error: ApiError) => 4000 + (GRPC_CODES[error.status] ?? 2);
 /**
  * Messages per server frame. Smaller frames keep each JSON string near 350 KB (a 1000-message
  * frame of 1 KB messages is ~1.4 MB, and several at once dominate the broker's memory peak);
@@ -69,18 +64,6 @@ export const closeCodeFor = (error: ApiError) => 4000 + (GRPC_CODES[error.status
 const MAX_MESSAGES_PER_FRAME = 250;
 /** And at most this many message bytes per frame (at least one message always goes). */
 const MAX_BYTES_PER_FRAME = 4 * 1024 * 1024;
-/** A WebSocket close reason holds at most 123 bytes; the full error also goes out as a frame. */
-const MAX_CLOSE_REASON_BYTES = 123;
-
-export function closeReason(error: ApiError): string {
-  let message = error.message;
-  for (;;) {
-    const reason = JSON.stringify({ error: { code: error.httpStatus, message, status: error.status } });
-    if (Buffer.byteLength(reason) <= MAX_CLOSE_REASON_BYTES || message.length === 0) return reason;
-    message = message.slice(0, Math.max(0, message.length - 8));
-  }
-}
-
 interface Outstanding {
   bytes: number;
   /** When the lease runs out by this node's clock: only for flow-control accounting. */
@@ -90,7 +73,7 @@ interface Outstanding {
   seq: number;
 }
 
-interface Properties {
+export interface SubscriptionProperties {
   exactlyOnceDeliveryEnabled: boolean;
   messageOrderingEnabled: boolean;
 }
@@ -101,7 +84,7 @@ export class StreamingSession {
   private maxMessages = 0;
   private maxBytes = 0;
   private readonly outstanding = new Map<string, Outstanding>();
-  private sentProperties?: Properties;
+  private sentProperties?: SubscriptionProperties;
   private closed = false;
   /** Ended by a protocol error: later frames are not acted on. */
   private failed = false;
@@ -162,9 +145,8 @@ export class StreamingSession {
     if (this.closed) return;
     this.failed = true;
     const apiError = error instanceof ApiError ? error : unavailable('The stream failed; reconnect.');
-    this.send({ error: apiError.toEnvelope().error });
     this.stop();
-    this.transport.close(closeCodeFor(apiError), closeReason(apiError));
+    this.transport.close(apiError);
   }
 
   private async handle(decode: () => StreamingPullRequest): Promise<void> {
@@ -356,8 +338,8 @@ export class StreamingSession {
   private deliver(received: { fits: LeasedMessage[]; over: LeasedMessage[] }): LeasedMessage[] {
     if (this.closed || received.fits.length === 0) return [...received.fits, ...received.over];
     const properties = this.properties();
-    const rest = sameProperties(properties, this.sentProperties) ? undefined : { subscriptionProperties: properties };
-    if (!this.send(receivedMessagesJson(received.fits, rest))) return [...received.fits, ...received.over];
+    const changed = sameProperties(properties, this.sentProperties) ? {} : { subscriptionProperties: properties };
+    if (!this.send({ receivedMessages: received.fits, ...changed })) return [...received.fits, ...received.over];
     this.sentProperties = properties;
     const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
     for (const message of received.fits) {
@@ -426,7 +408,7 @@ export class StreamingSession {
     });
   }
 
-  private properties(): Properties {
+  private properties(): SubscriptionProperties {
     return {
       exactlyOnceDeliveryEnabled: this.record!.enableExactlyOnceDelivery === true,
       messageOrderingEnabled: this.record!.enableMessageOrdering === true,
@@ -438,10 +420,10 @@ export class StreamingSession {
     this.send({ subscriptionProperties: this.sentProperties });
   }
 
-  private send(frame: object | Buffer): boolean {
+  private send(response: StreamingPullResponse): boolean {
     if (this.closed) return false;
     this.lastSentAt = Date.now();
-    return this.transport.send(Buffer.isBuffer(frame) ? frame : JSON.stringify(frame));
+    return this.transport.send(response);
   }
 }
 
@@ -452,7 +434,7 @@ function failed(outcome: SettleOutcome, code: AckFailureCode): string[] {
   return [...outcome.failures].filter(([, failure]) => failure === code).map(([ackId]) => ackId);
 }
 
-const sameProperties = (a: Properties, b: Properties | undefined) =>
+const sameProperties = (a: SubscriptionProperties, b: SubscriptionProperties | undefined) =>
   b !== undefined &&
   a.exactlyOnceDeliveryEnabled === b.exactlyOnceDeliveryEnabled &&
   a.messageOrderingEnabled === b.messageOrderingEnabled;

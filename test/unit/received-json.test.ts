@@ -4,7 +4,7 @@
 
 import t from 'tap';
 import type { ReceivedMessage } from '../../src/broker/delivery.ts';
-import { asciiJson, receivedMessagesJson } from '../../src/broker/received-json.ts';
+import { asciiJson, receivedMessagesJson } from '../../src/schemas/received-json.ts';
 import { randomFromEnv } from '../helpers/random.ts';
 
 function randomText(random: () => number, maxLength: number): string {
