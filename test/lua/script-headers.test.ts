@@ -9,6 +9,8 @@
 //     entry `KEYS[n..]` covers any index >= n and is what allows `#KEYS`, loops over KEYS and
 //     `unpack(KEYS, ...)` in the body (and it must then be used that way);
 //   - every literal ARGV[n] the body uses is declared (an `ARGV[n..]` entry covers >= n);
+//   - every reply code the body answers (REPLY_*, DELIVERY_*) is named under `Returns` and
+//     defined in prelude.lua, and the body returns no bare number where a code belongs;
 // and the script names in SCRIPT_NAMES (src/redis/scripts.ts) and the files match one to one.
 // A last check reads the TypeScript call sites of scripts.run/runEncoded/runStaged('<literal
 // name>', [...] or a `const` array declared before the call) in src/ and routes/ and compares
@@ -29,6 +31,8 @@ interface Header {
   argvFrom?: number;
   argvNone: boolean;
   hasReturns: boolean;
+  /** The text from `Returns` to `Invariant`. */
+  returnsText: string;
   hasInvariant: boolean;
 }
 
@@ -42,7 +46,14 @@ interface Script {
 }
 
 function parseHeader(text: string): Header {
-  const header: Header = { keys: [], argv: [], argvNone: false, hasReturns: false, hasInvariant: false };
+  const header: Header = {
+    keys: [],
+    argv: [],
+    argvNone: false,
+    hasReturns: false,
+    returnsText: '',
+    hasInvariant: false,
+  };
   const lines = text.split('\n');
   const first = lines.find((line) => line.trim() !== '');
   const purpose = first && /^\s*([a-z0-9-]+):\s+\S/.exec(first);
@@ -65,6 +76,7 @@ function parseHeader(text: string): Header {
     }
     if (/^\s*Returns\b/.test(line)) header.hasReturns = true;
     if (/^\s*Invariant\b/.test(line)) header.hasInvariant = true;
+    if (header.hasReturns && !header.hasInvariant) header.returnsText += `${line}\n`;
   }
   return header;
 }
@@ -107,6 +119,18 @@ function uses(body: string, table: 'KEYS' | 'ARGV') {
   if (new RegExp(`[(,]\\s*${table}\\s*[,)]`).test(body)) dynamic = true;
   return { literal, dynamic };
 }
+
+/** The reply codes prelude.lua defines (`local REPLY_OK = 1`), by name. */
+const luaCodes = Object.fromEntries(
+  [
+    ...stripComments(readFileSync(`${LUA_DIR}prelude.lua`, 'utf8')).matchAll(
+      /^local ((?:REPLY|DELIVERY)_[A-Z_]+) = (-?\d+)\s*$/gm,
+    ),
+  ].map(([, name, value]) => [name, Number(value)]),
+);
+
+/** The reply codes a text names (REPLY_OK, DELIVERY_GONE, ...). */
+const codeNames = (text: string) => new Set(text.match(/\b(?:REPLY|DELIVERY)_[A-Z_]+\b/g) ?? []);
 
 const files = readdirSync(LUA_DIR)
   .filter((file) => file.endsWith('.lua') && file !== 'prelude.lua')
@@ -170,6 +194,13 @@ for (const script of scripts) {
     } else if (header.argvFrom === undefined) {
       t.fail('the body uses #ARGV / ARGV[var] / unpack(ARGV) without an ARGV[n..] header entry');
     }
+
+    const named = codeNames(header.returnsText);
+    const unnamed = [...codeNames(script.body)].filter((code) => !named.has(code));
+    t.same(unnamed, [], 'every reply code the body uses is named under Returns');
+    const unknown = [...named].filter((code) => !(code in luaCodes));
+    t.same(unknown, [], 'every reply code named under Returns is defined in prelude.lua');
+    t.notMatch(script.body, /\breturn\s*\{?\s*-?\d/, 'returns named codes, never a bare number');
   });
 }
 
