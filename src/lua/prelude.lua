@@ -1,8 +1,8 @@
 -- Prepended to every script by src/redis/scripts.ts. Kept tiny on purpose.
 
--- Reply codes; each script's header names those it answers (checked by
--- test/lua/script-headers.test.ts). The broker reads them by value (src/broker/delivery.ts,
--- control-plane.ts).
+-- Reply codes. src/redis/calls/codes.ts defines the same names with the same values, for the
+-- wrappers that decode them (test/lua/script-headers.test.ts checks that both sides agree, and
+-- that each script's header names the codes it answers).
 local REPLY_OK = 1
 local REPLY_REFUSED = 0 -- put-topic, put-subscription: the state there was kept (see may_put)
 local REPLY_TOPIC_DELETED = -1 -- the topic incarnation is closed to publishing and attaching

@@ -12,12 +12,15 @@
 //   - every reply code the body answers (REPLY_*, DELIVERY_*) is named under `Returns` and
 //     defined in prelude.lua, and the body returns no bare number where a code belongs;
 // and the script names in SCRIPT_NAMES (src/redis/scripts.ts) and the files match one to one.
+// The reply codes are defined once per side: `local REPLY_OK = 1` ... in prelude.lua, and the
+// same names with the same values in src/redis/calls/codes.ts; checked to agree.
 // A last check reads the TypeScript call sites of scripts.run/runEncoded/runStaged('<literal
 // name>', [...] or a `const` array declared before the call) in src/ and routes/ and compares
 // the number of KEYS they pass with the header.
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import * as codes from '../../src/redis/calls/codes.ts';
 import { SCRIPT_NAMES, listScriptFiles } from '../../src/redis/scripts.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -203,6 +206,12 @@ for (const script of scripts) {
     t.notMatch(script.body, /\breturn\s*\{?\s*-?\d/, 'returns named codes, never a bare number');
   });
 }
+
+t.test('prelude.lua and src/redis/calls/codes.ts define the same reply codes', async (t) => {
+  const typescript = Object.fromEntries(Object.entries(codes).filter(([, value]) => typeof value === 'number'));
+  t.ok(Object.keys(luaCodes).length > 0, 'prelude.lua defines reply codes');
+  t.same(luaCodes, typescript, 'the same names, with the same values');
+});
 
 // ---- call sites: the number of KEYS passed matches the header ----
 
