@@ -11,6 +11,14 @@ import { randomUUID } from 'node:crypto';
 import { BulkStrings } from '../redis/binary-command.ts';
 import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
 import type { RedisClient } from '../redis/client.ts';
+import {
+  acknowledge,
+  acknowledgeOrdered,
+  type DeliveryOutcome,
+  modifyAckDeadline,
+  pull,
+  type SettleResult,
+} from '../redis/calls/delivery.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
@@ -286,28 +294,29 @@ export class DeliveryService {
   }
 
   /** Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"). */
-  private acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<unknown> {
+  private acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<SettleResult> {
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = ctx.clock.scriptTime();
     return record.enableMessageOrdering
-      ? ctx.scripts.run(
-          'acknowledge-ordered',
-          [sub.config, sub.leased, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-          [time, ctx.keys.wakeChannel(record.topicUid), ...members],
-        )
-      : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.bodies, data.refs], [time, ...members]);
+      ? acknowledgeOrdered(ctx.scripts, data, sub, {
+          time,
+          wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+          members,
+        })
+      : acknowledge(ctx.scripts, data, sub, { time, members });
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
   modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
     return this.settle(record, ackIds, ({ ctx }, members) => {
       const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
-      return ctx.scripts.run(
-        'modify-ack-deadline',
-        [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-        [ctx.clock.scriptTime(), seconds, ctx.keys.wakeChannel(record.topicUid), ...members],
-      );
+      return modifyAckDeadline(ctx.scripts, sub, {
+        time: ctx.clock.scriptTime(),
+        seconds,
+        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+        members,
+      });
     });
   }
 
@@ -441,26 +450,20 @@ export class DeliveryService {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
-    const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
-    const reply = (await ctx.scripts.run(
-      'pull',
-      [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-      [ctx.clock.scriptTime(), max, deadlineUs, ctx.keys.wakeChannel(record.topicUid), maxBytes],
-    )) as [number, number | '', number, ...(string | number)[]];
+    const leased = await pull(ctx.scripts, data, sub, {
+      time: ctx.clock.scriptTime(),
+      max,
+      leaseUs: deadlineSeconds === undefined ? undefined : deadlineSeconds * 1_000_000,
+      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+      maxBytes,
+    });
     // Not attached in this region: its topic was deleted there before the subscription came.
-    if (reply[0] === -1) {
+    if (leased.kind === 'no-subscription') {
       if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
       return { received: [], bytes: 0, nextDueUs: undefined };
     }
-    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
-    if (reply.length <= 3) return { received: [], bytes: 0, nextDueUs };
-    const oldestKeptUs = reply[2];
-    const seqs: string[] = [];
-    const generations: number[] = [];
-    for (let i = 3; i < reply.length; i += 2) {
-      seqs.push(String(reply[i]));
-      generations.push(Number(reply[i + 1]));
-    }
+    const { nextDueUs, oldestKeptUs, seqs, generations } = leased;
+    if (seqs.length === 0) return { received: [], bytes: 0, nextDueUs };
     // Read outside the script: Redis copies a body straight into the reply from here.
     const bodies = await readBodies(ctx.redis, data, seqs);
     const codec = await this.options.ackIds();
@@ -504,7 +507,7 @@ export class DeliveryService {
   private async settle(
     record: SubscriptionRecord,
     ackIds: string[],
-    apply: (region: Region, members: string[]) => Promise<unknown>,
+    apply: (region: Region, members: string[]) => Promise<SettleResult>,
   ): Promise<SettleOutcome> {
     const exactlyOnce = record.enableExactlyOnceDelivery === true;
     const codec = await this.options.ackIds();
@@ -522,24 +525,25 @@ export class DeliveryService {
     let regionFailure: unknown;
     for (const [region, memberOf] of byRegion) {
       const members = [...new Set(memberOf.values())];
-      let codes: number[];
+      let settled: SettleResult;
       try {
         if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
-        codes = (await apply(region, members)) as number[];
+        settled = await apply(region, members);
       } catch (error) {
         if (!exactlyOnce) regionFailure ??= error;
         else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
         continue;
       }
-      if (codes[0] === -1) {
+      let results: DeliveryOutcome[];
+      if (settled.kind === 'no-subscription') {
         if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
-        codes = members.map(() => GONE);
-      }
-      const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
+        results = members.map((): DeliveryOutcome => 'gone');
+      } else results = settled.outcomes;
+      const resultOf = new Map(members.map((member, i) => [member, results[i]]));
       for (const [ackId, member] of memberOf) {
-        const code = codeOf.get(member);
-        if (code === APPLIED || (!exactlyOnce && code !== OUT_OF_ORDER)) outcome.applied.push(ackId);
-        else if (code === OUT_OF_ORDER) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+        const result = resultOf.get(member);
+        if (result === 'applied' || (!exactlyOnce && result !== 'out-of-order')) outcome.applied.push(ackId);
+        else if (result === 'out-of-order') outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
         else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
       }
     }
@@ -609,11 +613,6 @@ const MAX_REFUSED_STAMPS = 3;
 
 /** Topic records kept for publishing (see rememberTopic); past this, the longest kept is dropped. */
 const MAX_REMEMBERED_TOPICS = 10_000;
-
-/** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
-const GONE = 0;
-const APPLIED = 1;
-const OUT_OF_ORDER = 3;
 
 /** Messages of one publish share a publish time: format it once, not once per message. */
 const publishTimes = {

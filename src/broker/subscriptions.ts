@@ -1,4 +1,5 @@
 import { invalidArgument, notFound } from '../errors.ts';
+import { touchSubscription } from '../redis/calls/delivery.ts';
 import { notImplemented, parseBody } from '../schemas/common.ts';
 import {
   subscriptionBodySchema,
@@ -175,8 +176,8 @@ export class SubscriptionService {
   async touch(record: SubscriptionRecord): Promise<void> {
     await Promise.all(
       this.regions.localFirst().map(({ ctx }) => {
-        const config = ctx.keys.topicData(record.topicUid).subscription(record.uid).config;
-        return ctx.scripts.run('touch-subscription', [config], [ctx.clock.scriptTime()]);
+        const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
+        return touchSubscription(ctx.scripts, sub, { time: ctx.clock.scriptTime() });
       }),
     );
   }
