@@ -19,6 +19,7 @@ import {
   pull,
   type SettleResult,
 } from '../redis/calls/delivery.ts';
+import { publish } from '../redis/calls/publish.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
@@ -194,44 +195,35 @@ export class DeliveryService {
     let refusal: ClockReading | undefined;
     for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
-      const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
-        const sub = data.subscription(uid);
-        return [sub.ready, sub.keyed, sub.keyStates];
-      });
-      const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
       const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
       stampMessages(bodies, publishTimeUs);
-      const keys = [data.state, data.bodies, data.refs, stagingKey, ...subscriptionKeys];
-      const args = [
-        ctx.clock.scriptTime(),
-        String(publishTimeUs),
-        attachments.version,
+      const result = await publish(ctx.scripts, data, {
+        time: ctx.clock.scriptTime(),
+        publishTimeUs,
+        attachVersion: attachments.version,
         wakeChannel,
         orderingKey,
-        orderedFlags,
-        String(bodies.count),
-      ];
-      // Large bodies are staged in a hash the script renames, so that Redis never makes Lua
-      // strings of them; small ones go in the call (two commands fewer), and share a block with
-      // other small publishes. Either way they are encoded in one pass: they are nearly all of
-      // what is sent (binary-command.ts).
-      const result = (await (staged
-        ? ctx.scripts.runStaged('publish', keys, args, stagingKey, bodies).catch(stagedBodiesMissing)
-        : ctx.scripts.runEncoded('publish', keys, args, bodies))) as number[];
-      if (result[0] === -1) return undefined;
-      if (result[0] === -2) {
+        subscriptions: attachments.subscriptions,
+        bodies,
+        staged,
+        stagingKey,
+      });
+      if (result.kind === 'topic-deleted') return undefined;
+      if (result.kind === 'attachments-changed') {
         this.attachments.delete(cacheKey);
         continue;
       }
-      if (result[0] === -3) {
+      if (result.kind === 'stamp-refused') {
         // Stamped from a reading the script's clock disagrees with (Redis's clock was set, or
         // another shard's clock read it): stamp again from the time this script returned.
-        refusal = ctx.publishClock.observe(result[1]);
+        refusal = ctx.publishClock.observe(result.redisTimeUs);
         if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
         throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
       }
-      ctx.publishClock.observe(result[2]);
-      const firstSeq = result[1];
+      if (result.kind === 'staged-bodies-missing')
+        throw unavailable('The publish could not be stored this time; retry it.');
+      ctx.publishClock.observe(result.redisTimeUs);
+      const { firstSeq } = result;
       return Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i));
     }
   }
@@ -728,18 +720,5 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
   if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
   return { bodies: packed, staged };
 }
-
-/**
- * The publish script found the staged bodies missing: ioredis Cluster, retrying commands one by
- * one after a failover, sent the script before them. Nothing was stored, and a retry succeeds.
- */
-function stagedBodiesMissing(error: unknown): never {
-  if (error instanceof Error && error.message.includes(STAGED_BODIES_MISSING)) {
-    throw unavailable('The publish could not be stored this time; retry it.');
-  }
-  throw error;
-}
-/** The error publish.lua answers when the staged bodies are not all there. */
-const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
 
 const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);

@@ -27,7 +27,7 @@
              {REPLY_ATTACHMENTS_CHANGED}      attachments changed: re-read them and retry
              {REPLY_STAMP_REFUSED, nowUs}     the stamp is too far from now: stamp again from nowUs
                                               and retry
-             an error "the staged bodies are not all there" (matched in src/broker/delivery.ts)
+             an error "the staged bodies are not all there" (matched in src/redis/calls/publish.ts)
              On every answer but {REPLY_OK, ...} nothing was written, and a staging key is deleted.
   Invariant: every subscription attached at publish time holds each new seq exactly once (in its
              ready list, or for an ordered one with a key, in its keyed ZSET with the key queued

@@ -21,6 +21,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import * as codes from '../../src/redis/calls/codes.ts';
+import { STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
 import { SCRIPT_NAMES, listScriptFiles } from '../../src/redis/scripts.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -211,6 +212,10 @@ t.test('prelude.lua and src/redis/calls/codes.ts define the same reply codes', a
   const typescript = Object.fromEntries(Object.entries(codes).filter(([, value]) => typeof value === 'number'));
   t.ok(Object.keys(luaCodes).length > 0, 'prelude.lua defines reply codes');
   t.same(luaCodes, typescript, 'the same names, with the same values');
+  t.ok(
+    readFileSync(`${LUA_DIR}publish.lua`, 'utf8').includes(`error_reply('publish: ${STAGED_BODIES_MISSING}')`),
+    'publish.lua answers the error its wrapper matches when staged bodies are missing',
+  );
 });
 
 // ---- call sites: the number of KEYS passed matches the header ----
