@@ -1,4 +1,13 @@
 import { randomBytes } from 'node:crypto';
+import {
+  attachSubscription,
+  deleteTopicData,
+  dropSubscription,
+  finishCleanup,
+  markCleanup,
+  putSubscription,
+  putTopic,
+} from '../redis/calls/control-plane.ts';
 import { alreadyExists, notFound } from '../errors.ts';
 import { deliveryConfigOf } from './fields.ts';
 import type { ResourceName } from './names.ts';
@@ -210,30 +219,14 @@ export class ControlPlane {
   async dropData(region: Region, topicUid: string, subscriptionUid: string): Promise<void> {
     const { keys, scripts } = region.ctx;
     const data = keys.topicData(topicUid);
-    const sub = data.subscription(subscriptionUid);
-    let remaining: unknown;
+    let remaining: number;
     do {
-      remaining = await scripts.run(
-        'drop-subscription',
-        [
-          data.state,
-          data.attached,
-          sub.config,
-          sub.ready,
-          sub.leased,
-          data.bodies,
-          data.refs,
-          sub.keyed,
-          sub.keyedDeliveries,
-          sub.keyStates,
-        ],
-        [subscriptionUid, DROP_BATCH],
-      );
+      remaining = await dropSubscription(scripts, data, { subscriptionUid, batch: DROP_BATCH });
     } while (remaining !== 0);
   }
 
   async finishCleanup(region: Region, ref: string): Promise<void> {
-    await region.ctx.scripts.run('finish-cleanup', [region.ctx.keys.pendingCleanups], [ref]);
+    await finishCleanup(region.ctx.scripts, region.ctx.keys, { ref });
   }
 
   /**
@@ -262,17 +255,21 @@ export class ControlPlane {
     const { keys, scripts } = region.ctx;
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
-    if (deleted) await scripts.run('delete-topic-data', [keys.topicData(state.uid).state], []);
-    const [applied, previousJson] = (await scripts.run(
-      'put-topic',
-      [keys.topics, keys.topicIndex, keys.topicTombstones, keys.topicSubscriptions(state.uid)],
-      [mode, expected, state.name, JSON.stringify(state), state.version, deleted ? '1' : '0'],
-    )) as [number, string];
-    if (applied !== 1) return { applied: false, current: previousJson };
+    if (deleted) await deleteTopicData(scripts, keys.topicData(state.uid));
+    const put = await putTopic(scripts, keys, state.uid, {
+      mode,
+      expected,
+      name: state.name,
+      json: JSON.stringify(state),
+      version: state.version,
+      tombstone: deleted,
+    });
+    if (put.kind === 'refused') return { applied: false, current: put.current };
+    const previousJson = put.previous;
     const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
     // This region still had an older incarnation of the name (it missed a delete and a create).
     if (previous && !isTombstone(previous) && previous.uid !== state.uid) {
-      await scripts.run('delete-topic-data', [keys.topicData(previous.uid).state], []);
+      await deleteTopicData(scripts, keys.topicData(previous.uid));
       await region.ctx.redis.del(keys.topicSubscriptions(previous.uid));
     }
     return { applied: true, current: previousJson };
@@ -296,25 +293,24 @@ export class ControlPlane {
       expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
-    const [applied, previousJson] = (await scripts.run(
-      'put-subscription',
-      [
-        keys.subscriptions,
-        keys.subscriptionIndex,
-        keys.subscriptionTombstones,
-        keys.topicSubscriptions(topicUid),
-        keys.pendingCleanups,
-      ],
-      [mode, expected, state.name, JSON.stringify(state), state.version, deleted ? '1' : '0', clock.scriptTime()],
-    )) as [number, string];
-    if (applied !== 1) {
+    const put = await putSubscription(scripts, keys, topicUid, {
+      mode,
+      expected,
+      name: state.name,
+      json: JSON.stringify(state),
+      version: state.version,
+      tombstone: deleted,
+      time: clock.scriptTime(),
+    });
+    if (put.kind === 'refused') {
       // A fresh incarnation that lost: nobody else can have attached its uid.
       if (attachFirst && mode === 'cas') {
         await this.dropData(region, topicUid, state.uid);
         await this.finishCleanup(region, dataRef(state as SubscriptionRecord));
       }
-      return { applied: false, current: previousJson };
+      return { applied: false, current: put.current };
     }
+    const previousJson = put.previous;
     if (!deleted && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
@@ -336,19 +332,15 @@ export class ControlPlane {
   private async attach(region: Region, record: SubscriptionRecord, unrecorded: boolean): Promise<void> {
     const { keys, scripts, clock } = region.ctx;
     const data = keys.topicData(record.topicUid);
-    if (unrecorded) await scripts.run('mark-cleanup', [keys.pendingCleanups], [clock.scriptTime(), dataRef(record)]);
-    // -1: the topic incarnation is deleted in this region; the subscription simply gets nothing here.
-    await scripts.run(
-      'attach-subscription',
-      [data.state, data.attached, data.subscription(record.uid).config],
-      [
-        clock.scriptTime(),
-        record.uid,
-        record.enableMessageOrdering ? '1' : '0',
-        record.version,
-        ...deliveryConfigOf(SUBSCRIPTION_FIELDS, record),
-      ],
-    );
+    if (unrecorded) await markCleanup(scripts, keys, { time: clock.scriptTime(), ref: dataRef(record) });
+    // 'topic-deleted': the incarnation is deleted in this region; the subscription simply gets nothing here.
+    await attachSubscription(scripts, data, {
+      time: clock.scriptTime(),
+      subscriptionUid: record.uid,
+      ordered: record.enableMessageOrdering === true,
+      version: record.version,
+      config: deliveryConfigOf(SUBSCRIPTION_FIELDS, record),
+    });
   }
 
   /** Open streams of the topic's subscriptions re-read their settings (or learn of a delete). */

@@ -11,6 +11,15 @@ import { randomUUID } from 'node:crypto';
 import { BulkStrings } from '../redis/binary-command.ts';
 import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
 import type { RedisClient } from '../redis/client.ts';
+import {
+  acknowledge,
+  acknowledgeOrdered,
+  type DeliveryOutcome,
+  modifyAckDeadline,
+  pull,
+  type SettleResult,
+} from '../redis/calls/delivery.ts';
+import { publish } from '../redis/calls/publish.ts';
 import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { withTimeout } from '../timeout.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
@@ -187,44 +196,35 @@ export class DeliveryService {
     let refusal: ClockReading | undefined;
     for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
-      const subscriptionKeys = attachments.subscriptions.flatMap(({ uid }) => {
-        const sub = data.subscription(uid);
-        return [sub.ready, sub.keyed, sub.keyStates];
-      });
-      const orderedFlags = attachments.subscriptions.map(({ ordered }) => (ordered ? '1' : '0')).join('');
       const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
       stampMessages(bodies, publishTimeUs);
-      const keys = [data.state, data.bodies, data.refs, stagingKey, ...subscriptionKeys];
-      const args = [
-        ctx.clock.scriptTime(),
-        String(publishTimeUs),
-        attachments.version,
+      const result = await publish(ctx.scripts, data, {
+        time: ctx.clock.scriptTime(),
+        publishTimeUs,
+        attachVersion: attachments.version,
         wakeChannel,
         orderingKey,
-        orderedFlags,
-        String(bodies.count),
-      ];
-      // Large bodies are staged in a hash the script renames, so that Redis never makes Lua
-      // strings of them; small ones go in the call (two commands fewer), and share a block with
-      // other small publishes. Either way they are encoded in one pass: they are nearly all of
-      // what is sent (binary-command.ts).
-      const result = (await (staged
-        ? ctx.scripts.runStaged('publish', keys, args, stagingKey, bodies).catch(stagedBodiesMissing)
-        : ctx.scripts.runEncoded('publish', keys, args, bodies))) as number[];
-      if (result[0] === -1) return undefined;
-      if (result[0] === -2) {
+        subscriptions: attachments.subscriptions,
+        bodies,
+        staged,
+        stagingKey,
+      });
+      if (result.kind === 'topic-deleted') return undefined;
+      if (result.kind === 'attachments-changed') {
         this.attachments.delete(cacheKey);
         continue;
       }
-      if (result[0] === -3) {
+      if (result.kind === 'stamp-refused') {
         // Stamped from a reading the script's clock disagrees with (Redis's clock was set, or
         // another shard's clock read it): stamp again from the time this script returned.
-        refusal = ctx.publishClock.observe(result[1]);
+        refusal = ctx.publishClock.observe(result.redisTimeUs);
         if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
         throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
       }
-      ctx.publishClock.observe(result[2]);
-      const firstSeq = result[1];
+      if (result.kind === 'staged-bodies-missing')
+        throw unavailable('The publish could not be stored this time; retry it.');
+      ctx.publishClock.observe(result.redisTimeUs);
+      const { firstSeq } = result;
       return Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i));
     }
   }
@@ -288,28 +288,29 @@ export class DeliveryService {
   }
 
   /** Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"). */
-  private acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<unknown> {
+  private acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<SettleResult> {
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = ctx.clock.scriptTime();
     return record.enableMessageOrdering
-      ? ctx.scripts.run(
-          'acknowledge-ordered',
-          [sub.config, sub.leased, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-          [time, ctx.keys.wakeChannel(record.topicUid), ...members],
-        )
-      : ctx.scripts.run('acknowledge', [sub.config, sub.leased, data.bodies, data.refs], [time, ...members]);
+      ? acknowledgeOrdered(ctx.scripts, data, sub, {
+          time,
+          wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+          members,
+        })
+      : acknowledge(ctx.scripts, data, sub, { time, members });
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
   modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
     return this.settle(record, ackIds, ({ ctx }, members) => {
       const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
-      return ctx.scripts.run(
-        'modify-ack-deadline',
-        [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-        [ctx.clock.scriptTime(), seconds, ctx.keys.wakeChannel(record.topicUid), ...members],
-      );
+      return modifyAckDeadline(ctx.scripts, sub, {
+        time: ctx.clock.scriptTime(),
+        seconds,
+        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+        members,
+      });
     });
   }
 
@@ -443,26 +444,20 @@ export class DeliveryService {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
-    const deadlineUs = deadlineSeconds === undefined ? '' : deadlineSeconds * 1_000_000;
-    const reply = (await ctx.scripts.run(
-      'pull',
-      [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-      [ctx.clock.scriptTime(), max, deadlineUs, ctx.keys.wakeChannel(record.topicUid), maxBytes],
-    )) as [number, number | '', number, ...(string | number)[]];
+    const leased = await pull(ctx.scripts, data, sub, {
+      time: ctx.clock.scriptTime(),
+      max,
+      leaseUs: deadlineSeconds === undefined ? undefined : deadlineSeconds * 1_000_000,
+      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+      maxBytes,
+    });
     // Not attached in this region: its topic was deleted there before the subscription came.
-    if (reply[0] === -1) {
+    if (leased.kind === 'no-subscription') {
       if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
       return { received: [], bytes: 0, nextDueUs: undefined };
     }
-    const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
-    if (reply.length <= 3) return { received: [], bytes: 0, nextDueUs };
-    const oldestKeptUs = reply[2];
-    const seqs: string[] = [];
-    const generations: number[] = [];
-    for (let i = 3; i < reply.length; i += 2) {
-      seqs.push(String(reply[i]));
-      generations.push(Number(reply[i + 1]));
-    }
+    const { nextDueUs, oldestKeptUs, seqs, generations } = leased;
+    if (seqs.length === 0) return { received: [], bytes: 0, nextDueUs };
     // Read outside the script: Redis copies a body straight into the reply from here.
     const bodies = await readBodies(ctx.redis, data, seqs);
     const codec = await this.options.ackIds();
@@ -506,7 +501,7 @@ export class DeliveryService {
   private async settle(
     record: SubscriptionRecord,
     ackIds: string[],
-    apply: (region: Region, members: string[]) => Promise<unknown>,
+    apply: (region: Region, members: string[]) => Promise<SettleResult>,
   ): Promise<SettleOutcome> {
     const exactlyOnce = record.enableExactlyOnceDelivery === true;
     const codec = await this.options.ackIds();
@@ -524,24 +519,25 @@ export class DeliveryService {
     let regionFailure: unknown;
     for (const [region, memberOf] of byRegion) {
       const members = [...new Set(memberOf.values())];
-      let codes: number[];
+      let settled: SettleResult;
       try {
         if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
-        codes = (await apply(region, members)) as number[];
+        settled = await apply(region, members);
       } catch (error) {
         if (!exactlyOnce) regionFailure ??= error;
         else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
         continue;
       }
-      if (codes[0] === -1) {
+      let results: DeliveryOutcome[];
+      if (settled.kind === 'no-subscription') {
         if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
-        codes = members.map(() => GONE);
-      }
-      const codeOf = new Map(members.map((member, i) => [member, codes[i]]));
+        results = members.map((): DeliveryOutcome => 'gone');
+      } else results = settled.outcomes;
+      const resultOf = new Map(members.map((member, i) => [member, results[i]]));
       for (const [ackId, member] of memberOf) {
-        const code = codeOf.get(member);
-        if (code === APPLIED || (!exactlyOnce && code !== OUT_OF_ORDER)) outcome.applied.push(ackId);
-        else if (code === OUT_OF_ORDER) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+        const result = resultOf.get(member);
+        if (result === 'applied' || (!exactlyOnce && result !== 'out-of-order')) outcome.applied.push(ackId);
+        else if (result === 'out-of-order') outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
         else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
       }
     }
@@ -611,11 +607,6 @@ const MAX_REFUSED_STAMPS = 3;
 
 /** Topic records kept for publishing (see rememberTopic); past this, the longest kept is dropped. */
 const MAX_REMEMBERED_TOPICS = 10_000;
-
-/** Per-delivery result codes of the acknowledge and modify-ack-deadline scripts. */
-const GONE = 0;
-const APPLIED = 1;
-const OUT_OF_ORDER = 3;
 
 /** Messages of one publish share a publish time: format it once, not once per message. */
 const publishTimes = {
@@ -731,18 +722,5 @@ function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: numb
   if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
   return { bodies: packed, staged };
 }
-
-/**
- * The publish script found the staged bodies missing: ioredis Cluster, retrying commands one by
- * one after a failover, sent the script before them. Nothing was stored, and a retry succeeds.
- */
-function stagedBodiesMissing(error: unknown): never {
-  if (error instanceof Error && error.message.includes(STAGED_BODIES_MISSING)) {
-    throw unavailable('The publish could not be stored this time; retry it.');
-  }
-  throw error;
-}
-/** The error publish.lua answers when the staged bodies are not all there. */
-const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
 
 const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);

@@ -1,5 +1,6 @@
 import { invalidArgument, notFound } from '../errors.ts';
 import type { CallContext } from './call-context.ts';
+import { touchSubscription } from '../redis/calls/delivery.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { parseDurationSeconds } from './durations.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
@@ -94,8 +95,8 @@ export class SubscriptionService {
   async touch(record: SubscriptionRecord): Promise<void> {
     await Promise.all(
       this.regions.localFirst().map(({ ctx }) => {
-        const config = ctx.keys.topicData(record.topicUid).subscription(record.uid).config;
-        return ctx.scripts.run('touch-subscription', [config], [ctx.clock.scriptTime()]);
+        const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
+        return touchSubscription(ctx.scripts, sub, { time: ctx.clock.scriptTime() });
       }),
     );
   }

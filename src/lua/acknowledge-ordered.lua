@@ -12,10 +12,10 @@
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    wake channel (published to when a key becomes deliverable again)
   ARGV[3..]  distinct deliveries as "seq:gen", decided in this order
-  Returns    {-1} when the subscription does not exist, else one code per delivery:
-             1 acknowledged; 0 no such lease; 2 lease expired (as in acknowledge);
-             3 out of order: an earlier message of the same key is not acknowledged yet
-               (exactly-once only; nothing changed)
+  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
+             DELIVERY_APPLIED, DELIVERY_GONE, DELIVERY_EXPIRED as in acknowledge;
+             DELIVERY_OUT_OF_ORDER  an earlier message of the same key is not acknowledged yet
+                                    (exactly-once only; nothing changed)
   Invariant: as acknowledge; and a key with nothing outstanding and messages left is queued in
              the ready list exactly once.
 ]]
@@ -23,7 +23,7 @@ local config_key, leased_key, bodies_prefix, refs_key, ready_key = KEYS[1], KEYS
 local keyed_key, deliveries_key, key_states_key = KEYS[6], KEYS[7], KEYS[8]
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
-if exactly_once == nil then return {-1} end
+if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 
 -- Deliveries are decided in request order, as if one by one, but read and written in batches:
@@ -70,7 +70,7 @@ argv_chunks(3, function(members)
     local seq, key = ending_seqs[j], key_of[j]
     local member = key and keyed_member(key, seq)
     if key and exactly_once and front[key][next_front[key]] ~= member then
-      results[first_result + i] = 3
+      results[first_result + i] = DELIVERY_OUT_OF_ORDER
     else
       ended[#ended + 1] = members[i]
       ended_seqs[#ended_seqs + 1] = seq

@@ -6,18 +6,19 @@
   KEYS[4]    body reference counts
   ARGV[1]    time override in microseconds, or ''
   ARGV[2..]  deliveries as "seq:gen"
-  Returns    {-1} when the subscription does not exist, else one code per delivery:
-             1  acknowledged now
-             0  no such lease: already acknowledged, superseded by a newer delivery, or unknown
-             2  the lease expired; on exactly-once subscriptions nothing changed (the message
-                will be delivered again), on others it was acknowledged anyway
+  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
+             DELIVERY_APPLIED  acknowledged now
+             DELIVERY_GONE     no such lease: already acknowledged, superseded by a newer delivery,
+                               or unknown
+             DELIVERY_EXPIRED  the lease expired; on exactly-once subscriptions nothing changed (the
+                               message will be delivered again), on others it was acknowledged anyway
   Invariant: an acknowledgement only ends the delivery (generation) it names, never a newer one;
              on exactly-once subscriptions only a lease still within its deadline is acknowledged.
 ]]
 local config_key, leased_key, bodies_prefix, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
-if exactly_once == nil then return {-1} end
+if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 
 local results = {}

@@ -10,13 +10,13 @@
   ARGV[3]    '1' if the subscription orders by key, else '0'
   ARGV[4]    version of the subscription record these settings come from
   ARGV[5..]  config field/value pairs (ackDeadlineUs, retentionUs, exactlyOnce, ordered)
-  Returns    1 attached; -1 the topic incarnation was deleted
+  Returns    REPLY_OK attached; REPLY_TOPIC_DELETED the topic incarnation was deleted
   Invariant: attachVersion changes whenever the attached set changes, so a publish that read an
              older set is refused and retried (publish never misses an attached subscription);
              settings never go back to an older record version.
 ]]
 local state_key, attached_key, config_key = KEYS[1], KEYS[2], KEYS[3]
-if redis.call('HEXISTS', state_key, 'deleted') == 1 then return -1 end
+if redis.call('HEXISTS', state_key, 'deleted') == 1 then return REPLY_TOPIC_DELETED end
 local version = tonumber(ARGV[4])
 local stored_version = tonumber(redis.call('HGET', config_key, 'version') or '-1')
 local changed = false
@@ -30,4 +30,4 @@ if redis.call('HGET', attached_key, ARGV[2]) ~= ARGV[3] then
   changed = true
 end
 if changed then mark_active(config_key, now_us(ARGV[1])) end
-return 1
+return REPLY_OK

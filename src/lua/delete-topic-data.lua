@@ -3,8 +3,8 @@
   deliver what they already hold.
   KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
   ARGV       none
-  Returns    1
+  Returns    REPLY_OK
   Invariant: no publish or attach succeeds on the incarnation afterwards.
 ]]
 redis.call('HSET', KEYS[1], 'deleted', '1')
-return 1
+return REPLY_OK

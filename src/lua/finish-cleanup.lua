@@ -2,8 +2,8 @@
   finish-cleanup: forgets a clean-up mark once its data has been dropped.
   KEYS[1]    pending data clean-ups (ZSET)
   ARGV[1]    "topicUid/subscriptionUid/name"
-  Returns    1
+  Returns    REPLY_OK
   Invariant: see put-subscription.
 ]]
 redis.call('ZREM', KEYS[1], ARGV[1])
-return 1
+return REPLY_OK

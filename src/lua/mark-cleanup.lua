@@ -4,8 +4,8 @@
   KEYS[1]    pending data clean-ups (ZSET "topicUid/subscriptionUid/name" -> since, microseconds)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    "topicUid/subscriptionUid/name"
-  Returns    1
+  Returns    REPLY_OK
   Invariant: see put-subscription.
 ]]
 redis.call('ZADD', KEYS[1], now_us(ARGV[1]), ARGV[2])
-return 1
+return REPLY_OK

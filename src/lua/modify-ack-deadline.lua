@@ -12,11 +12,12 @@
   ARGV[2]    new deadline in seconds from now (0..600)
   ARGV[3]    wake channel, published to when something became available
   ARGV[4..]  deliveries as "seq:gen"
-  Returns    {-1} when the subscription does not exist, else one code per delivery:
-             1  deadline changed (or nacked)
-             0  no such lease: acknowledged, superseded, nacked before, or unknown
-             2  the lease expired; on exactly-once subscriptions nothing changed, on others the
-                deadline was changed anyway (the message had not been delivered again yet)
+  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
+             DELIVERY_APPLIED  deadline changed (or nacked)
+             DELIVERY_GONE     no such lease: acknowledged, superseded, nacked before, or unknown
+             DELIVERY_EXPIRED  the lease expired; on exactly-once subscriptions nothing changed, on
+                               others the deadline was changed anyway (the message had not been
+                               delivered again yet)
   Invariant: only the named generation's lease changes; a nack ends that lease, so its ack ID
              stops working. A nacked keyed message is delivered again before any later message of
              its key, and the later ones already handed out are delivered again after it, in order.
@@ -26,7 +27,7 @@ local keys = { keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased =
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
 local exactly_once = exactly_once_mode(config_key)
-if exactly_once == nil then return {-1} end
+if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 
 local results = {}

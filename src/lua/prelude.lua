@@ -1,5 +1,20 @@
 -- Prepended to every script by src/redis/scripts.ts. Kept tiny on purpose.
 
+-- Reply codes. src/redis/calls/codes.ts defines the same names with the same values, for the
+-- wrappers that decode them (test/lua/script-headers.test.ts checks that both sides agree, and
+-- that each script's header names the codes it answers).
+local REPLY_OK = 1
+local REPLY_REFUSED = 0 -- put-topic, put-subscription: the state there was kept (see may_put)
+local REPLY_TOPIC_DELETED = -1 -- the topic incarnation is closed to publishing and attaching
+local REPLY_NO_SUBSCRIPTION = -1 -- the subscription is not attached (deleted, or never attached here)
+local REPLY_ATTACHMENTS_CHANGED = -2 -- publish: re-read the attached subscriptions and retry
+local REPLY_STAMP_REFUSED = -3 -- publish: the publish time is too far from the script's clock
+-- Per delivery (acknowledge, acknowledge-ordered, modify-ack-deadline).
+local DELIVERY_GONE = 0 -- no such lease: acknowledged, superseded, nacked, or unknown
+local DELIVERY_APPLIED = 1
+local DELIVERY_EXPIRED = 2 -- the lease expired (changed anyway, except on exactly-once subscriptions)
+local DELIVERY_OUT_OF_ORDER = 3 -- acknowledge-ordered, exactly-once: an earlier message of the key is un-acked
+
 -- The one clock (README.md, Semantics, "One clock"): the Redis server's TIME, in microseconds,
 -- unless the caller passes an explicit time (tests drive time with a manual clock).
 local function now_us(override)
@@ -32,8 +47,10 @@ local function lease_status(deadline, now, exactly_once)
   return exactly_once and 'refused' or 'expired'
 end
 
--- Per-delivery result codes of acknowledge and modify-ack-deadline (3 = out of order, ordered only).
-local RESULT = { gone = 0, valid = 1, expired = 2, refused = 2 }
+-- Per-delivery result codes of acknowledge, acknowledge-ordered and modify-ack-deadline, by lease
+-- status. An expired lease answers DELIVERY_EXPIRED whether or not the change applied ('refused'
+-- or 'expired'): the caller knows whether the subscription is exactly-once.
+local RESULT = { gone = DELIVERY_GONE, valid = DELIVERY_APPLIED, expired = DELIVERY_EXPIRED, refused = DELIVERY_EXPIRED }
 
 -- Ends a pull: stores the new leases or, when there are none, tells the caller in how many
 -- microseconds the earliest lease runs out (out[2]), so it knows when to look again.

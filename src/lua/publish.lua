@@ -22,11 +22,13 @@
              Small publishes come inline; large ones are staged, because every byte a script
              is handed costs Redis a pass (it builds a Lua string of each argument), while a
              staged hash becomes the block by RENAME, without its bytes being read.
-  Returns    {1, firstSeq, nowUs}   stored, seqs firstSeq .. firstSeq + n - 1
-             {-1}                   the topic incarnation was deleted
-             {-2}                   attachments changed: re-read them and retry
-             {-3, nowUs}            the stamp is too far from now: stamp again from nowUs and retry
-             On every answer but {1, ...} nothing was written, and a staging key is deleted.
+  Returns    {REPLY_OK, firstSeq, nowUs}      stored, seqs firstSeq .. firstSeq + n - 1
+             {REPLY_TOPIC_DELETED}            the topic incarnation was deleted
+             {REPLY_ATTACHMENTS_CHANGED}      attachments changed: re-read them and retry
+             {REPLY_STAMP_REFUSED, nowUs}     the stamp is too far from now: stamp again from nowUs
+                                              and retry
+             an error "the staged bodies are not all there" (matched in src/redis/calls/publish.ts)
+             On every answer but {REPLY_OK, ...} nothing was written, and a staging key is deleted.
   Invariant: every subscription attached at publish time holds each new seq exactly once (in its
              ready list, or for an ordered one with a key, in its keyed ZSET with the key queued
              or busy), and the body is kept while any of them holds it. Every stored publish
@@ -40,7 +42,7 @@ local FIRST_BODY_ARG = 8
 local count = tonumber(ARGV[7])
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
-  return redis.error_reply('publish: the staged bodies are not all there') -- matched in delivery.ts
+  return redis.error_reply('publish: the staged bodies are not all there')
 end
 if not staged and #ARGV - FIRST_BODY_ARG + 1 ~= count then
   return redis.error_reply('publish: ARGV does not hold the message count of bodies')
@@ -55,10 +57,12 @@ end
 
 local now = now_us(ARGV[1])
 local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion', 'block', 'used')
-if state[1] then return refuse({-1}) end
-if (state[2] or '0') ~= ARGV[3] then return refuse({-2}) end
+if state[1] then return refuse({REPLY_TOPIC_DELETED}) end
+if (state[2] or '0') ~= ARGV[3] then return refuse({REPLY_ATTACHMENTS_CHANGED}) end
 local stamp = tonumber(ARGV[2])
-if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHEAD_US then return refuse({-3, now}) end
+if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHEAD_US then
+  return refuse({REPLY_STAMP_REFUSED, now})
+end
 
 -- Seqs only grow (ordered delivery relies on it): a publish goes into the latest block when it
 -- is small and fits there, else into a new one. A staged publish takes a new block whole (its
@@ -71,7 +75,7 @@ local first_seq = block * SEQS_PER_BLOCK + first_field
 local subscriptions = (#KEYS - 4) / 3
 if subscriptions == 0 then -- nobody to deliver to: nothing is stored
   discard_staging()
-  return {1, first_seq, now}
+  return {REPLY_OK, first_seq, now}
 end
 
 local block_key = bodies_prefix .. string.format('%d', block)
@@ -117,4 +121,4 @@ for s = 1, subscriptions do
   end
 end
 redis.call('PUBLISH', ARGV[4], '1')
-return {1, first_seq, now}
+return {REPLY_OK, first_seq, now}

@@ -15,11 +15,11 @@
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
   ARGV[4]    wake channel (published to when an expired key becomes deliverable)
   ARGV[5]    byte budget: no further message once the leased bodies reach it (at least one goes)
-  Returns    {1, nextDueUs, oldestKeptUs, seq1, gen1, seq2, gen2, ...}
+  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, seq1, gen1, seq2, gen2, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline ('' if there is no lease), so the caller knows when to look again
              oldestKeptUs: messages published before it are past the subscription's retention
-             {-1}   the subscription does not exist (deleted, or never attached)
+             {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached)
              The bodies are not returned: a body read into Lua costs a pass over every byte
              (Redis hashes every string Lua makes), so the caller reads them with HMGET.
   Invariant: a message is leased to at most one delivery (generation) at a time, and only
@@ -35,11 +35,11 @@ local keys = { keyed = KEYS[5], deliveries = KEYS[6], states = KEYS[7], leased =
 local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
 local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
-if not config[1] then return {-1} end
+if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
-local out = {1, '', oldest_kept}
+local out = {REPLY_OK, '', oldest_kept}
 local leases = {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
 local function has_room() return remaining > 0 and bytes < max_bytes end

@@ -14,7 +14,8 @@
   ARGV[5]    its version
   ARGV[6]    '1' if the new state is a tombstone
   ARGV[7]    time override in microseconds, or ''
-  Returns    {1, previous state} written; {0, current state} refused (see may_put)
+  Returns    {REPLY_OK, previous state} written; {REPLY_REFUSED, current state} refused (see
+             may_put)
   Invariant: a recorded subscription is attached in this region; the data of a record that a
              put ends (deleted, or replaced by another incarnation) is marked for clean-up.
 ]]
@@ -22,7 +23,7 @@ local subscriptions_key, index_key, tombstones_key, topic_subscriptions_key, cle
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(subscriptions_key, tombstones_key, name)
-if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { 0, current } end
+if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
 local new = cjson.decode(new_json)
 local function data_ref(state) return state.topicUid .. '/' .. state.uid .. '/' .. state.name end
 if current ~= '' then
@@ -43,4 +44,4 @@ else
   redis.call('HDEL', tombstones_key, name)
   redis.call('ZREM', cleanups_key, data_ref(new))
 end
-return { 1, current }
+return { REPLY_OK, current }

@@ -10,14 +10,15 @@
   ARGV[4]    the new state (JSON)
   ARGV[5]    its version
   ARGV[6]    '1' if the new state is a tombstone
-  Returns    {1, previous state} written; {0, current state} refused (see may_put)
+  Returns    {REPLY_OK, previous state} written; {REPLY_REFUSED, current state} refused (see
+             may_put)
   Invariant: one state per name (record xor tombstone); the index holds exactly the recorded
              names; a region's copy only ever moves to a higher version.
 ]]
 local topics_key, index_key, tombstones_key, topic_subscriptions_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(topics_key, tombstones_key, name)
-if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { 0, current } end
+if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
 if ARGV[6] == '1' then
   redis.call('HDEL', topics_key, name)
   redis.call('ZREM', index_key, name)
@@ -28,4 +29,4 @@ else
   redis.call('ZADD', index_key, 0, name)
   redis.call('HDEL', tombstones_key, name)
 end
-return { 1, current }
+return { REPLY_OK, current }

@@ -8,8 +8,10 @@ import { masterNodes } from './nodes.ts';
 /**
  * Loads every script in src/lua, prepends the shared prelude, and registers each with
  * ioredis (EVALSHA, falling back to EVAL after a Redis restart empties the script cache).
- * Callers go through `Scripts.run` / `runEncoded` / `runStaged`, which pass KEYS and ARGV
- * explicitly: every key a script touches is declared in KEYS.
+ * `Scripts.run` / `runEncoded` / `runStaged` pass KEYS and ARGV explicitly: every key a script
+ * touches is declared in KEYS. Their only callers are the wrappers in calls/, one per script:
+ * each builds its script's KEYS from the key builders (keys.ts), takes its ARGV as named
+ * parameters, and decodes the reply into a named result.
  */
 
 const LUA_DIR = `${packagePath('src', 'lua')}/`;

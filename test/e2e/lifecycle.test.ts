@@ -3,6 +3,7 @@
 
 import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
+import { attachSubscription, markCleanup } from '../../src/redis/calls/control-plane.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
 import { redisTargets, storedBodies } from '../helpers/redis.ts';
@@ -143,29 +144,17 @@ for (const target of redisTargets()) {
     // What a subscription create does before it records the subscription, then "crash".
     const orphan = 'feedfacefeedface';
     const orphanKeys = data.subscription(orphan);
-    await ctx.scripts.run(
-      'mark-cleanup',
-      [ctx.keys.pendingCleanups],
-      [clock.scriptTime(), `${uid}/${orphan}/projects/p/subscriptions/never-recorded`],
-    );
-    await ctx.scripts.run(
-      'attach-subscription',
-      [data.state, data.attached, orphanKeys.config],
-      [
-        clock.scriptTime(),
-        orphan,
-        '0',
-        '1',
-        'ackDeadlineUs',
-        '10000000',
-        'retentionUs',
-        '604800000000',
-        'exactlyOnce',
-        '0',
-        'ordered',
-        '0',
-      ],
-    );
+    await markCleanup(ctx.scripts, ctx.keys, {
+      time: clock.scriptTime(),
+      ref: `${uid}/${orphan}/projects/p/subscriptions/never-recorded`,
+    });
+    await attachSubscription(ctx.scripts, data, {
+      time: clock.scriptTime(),
+      subscriptionUid: orphan,
+      ordered: false,
+      version: 1,
+      config: ['ackDeadlineUs', '10000000', 'retentionUs', '604800000000', 'exactlyOnce', '0', 'ordered', '0'],
+    });
     await broker.api('POST', `${TOPIC}:publish`, { messages: [{ data: b64('x') }] });
     t.equal(await broker.redis.llen(orphanKeys.ready), 1, 'the orphan receives publishes');
 

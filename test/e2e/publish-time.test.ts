@@ -45,10 +45,13 @@ for (const target of redisTargets()) {
 
         for (const offsetUs of [-HOUR_US, -10_500_000, 1_500_000, HOUR_US]) {
           const before = await redisTimeUs(ctx.redis);
-          const { reply } = await publishAt(before + offsetUs);
+          const { result } = await publishAt(before + offsetUs);
           const after = await redisTimeUs(ctx.redis);
-          t.equal(reply[0], -3, `a stamp ${offsetUs / 1e6} s off is refused`);
-          t.ok(reply[1] >= before && reply[1] <= after, 'the refusal carries the script time');
+          t.equal(result.kind, 'stamp-refused', `a stamp ${offsetUs / 1e6} s off is refused`);
+          t.ok(
+            result.kind === 'stamp-refused' && result.redisTimeUs >= before && result.redisTimeUs <= after,
+            'the refusal carries the script time',
+          );
         }
         t.equal(await ctx.redis.hget(data.state, 'block'), null, 'no refused publish took a sequence number');
         t.equal((await storedBodies(ctx.redis, data)).size, 0, 'no refused publish stored a body');
@@ -56,13 +59,14 @@ for (const target of redisTargets()) {
 
         for (const offsetUs of [-9_000_000, 0, 500_000]) {
           const stampUs = (await redisTimeUs(ctx.redis)) + offsetUs;
-          const { reply, body } = await publishAt(stampUs);
-          t.equal(reply[0], 1, `a stamp ${offsetUs / 1e6} s off is accepted`);
-          const stored = (await storedBodies(ctx.redis, data)).get(String(reply[1]));
+          const { result, body } = await publishAt(stampUs);
+          t.equal(result.kind, 'published', `a stamp ${offsetUs / 1e6} s off is accepted`);
+          const firstSeq = result.kind === 'published' ? result.firstSeq : NaN;
+          const stored = (await storedBodies(ctx.redis, data)).get(String(firstSeq));
           t.same(stored, body, 'the body is stored exactly as sent');
           t.equal(unpackMessage(stored!).publishTimeUs, stampUs, 'with the stamped time');
           t.equal(
-            await ctx.redis.ttl(data.bodyBlock(Math.floor(reply[1] / SEQS_PER_BLOCK))),
+            await ctx.redis.ttl(data.bodyBlock(Math.floor(firstSeq / SEQS_PER_BLOCK))),
             -1,
             'its body block does not expire',
           );

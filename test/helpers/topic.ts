@@ -1,9 +1,11 @@
 // A topic's Redis side for tests that look beneath the API (project p): its keys, one pull, and
-// a direct call of publish.lua the way DeliveryService.publishTo makes it.
+// a direct call of publish.lua through its wrapper, the way DeliveryService.publishTo makes it.
 
 import { parseResourceName } from '../../src/broker/names.ts';
 import { layoutMessage, packMessages, stampMessages } from '../../src/broker/message-codec.ts';
 import type { BulkStrings } from '../../src/redis/binary-command.ts';
+import { publish, type PublishResult } from '../../src/redis/calls/publish.ts';
+import type { Scripts } from '../../src/redis/scripts.ts';
 import { b64, type TestBroker } from './app.ts';
 
 /** A topic of project p as the broker stores it: its context, record and data-plane keys. */
@@ -25,7 +27,8 @@ export async function pullNow(broker: TestBroker, subscriptionId: string): Promi
 /**
  * Runs publish.lua for one message (`text`) stamped `stampUs`, on a topic with one attached
  * subscription, its bodies staged under `stagingKey` or passed in the call. `attachVersion`
- * (default: the topic's) and `count` (default 1) can be set wrong on purpose.
+ * (default: the topic's) and `count` (the message count the script is told; default 1) can be
+ * set wrong on purpose.
  */
 export async function callPublishScript(
   topic: Awaited<ReturnType<typeof topicData>>,
@@ -37,25 +40,33 @@ export async function callPublishScript(
     attachVersion?: string;
     count?: number;
   },
-): Promise<{ reply: number[]; body: Buffer }> {
+): Promise<{ result: PublishResult; body: Buffer }> {
   const { ctx, record, data } = topic;
   const [uid] = Object.keys(await ctx.redis.hgetall(data.attached));
-  const sub = data.subscription(uid);
   const attachVersion = options.attachVersion ?? (await ctx.redis.hget(data.state, 'attachVersion')) ?? '0';
   const packed = packMessages([layoutMessage(b64(options.text))!], { asBlockFields: options.staged }) as BulkStrings;
   stampMessages(packed, options.stampUs);
-  const keys = [data.state, data.bodies, data.refs, options.stagingKey, sub.ready, sub.keyed, sub.keyStates];
-  const args = [
-    '',
-    String(options.stampUs),
+  const scripts = options.count === undefined ? ctx.scripts : miscounting(ctx.scripts, options.count);
+  const result = await publish(scripts, data, {
+    time: '',
+    publishTimeUs: options.stampUs,
     attachVersion,
-    ctx.keys.wakeChannel(record.uid),
-    '',
-    '0',
-    String(options.count ?? 1),
-  ];
-  const reply = (await (options.staged
-    ? ctx.scripts.runStaged('publish', keys, args, options.stagingKey, packed)
-    : ctx.scripts.runEncoded('publish', keys, args, packed))) as number[];
-  return { reply, body: packed.at(0) };
+    wakeChannel: ctx.keys.wakeChannel(record.uid),
+    orderingKey: '',
+    subscriptions: [{ uid, ordered: false }],
+    bodies: packed,
+    staged: options.staged,
+    stagingKey: options.stagingKey,
+  });
+  return { result, body: packed.at(0) };
+}
+
+/** `scripts`, but telling publish.lua that a publish holds `count` messages (its last argument before the bodies). */
+function miscounting(scripts: Scripts, count: number): Scripts {
+  const told = (args: string[]) => [...args.slice(0, -1), String(count)];
+  return Object.assign(Object.create(scripts) as Scripts, {
+    runEncoded: (name, keys, args, trailing) => scripts.runEncoded(name, keys, told(args), trailing),
+    runStaged: (name, keys, args, stagingKey, trailing) =>
+      scripts.runStaged(name, keys, told(args), stagingKey, trailing),
+  } satisfies Pick<Scripts, 'runEncoded' | 'runStaged'>);
 }

@@ -10,14 +10,41 @@
 //     entry `KEYS[n..]` covers any index >= n and is what allows `#KEYS`, loops over KEYS and
 //     `unpack(KEYS, ...)` in the body (and it must then be used that way);
 //   - every literal ARGV[n] the body uses is declared (an `ARGV[n..]` entry covers >= n);
+//   - every reply code the body answers (REPLY_*, DELIVERY_*) is named under `Returns` and
+//     defined in prelude.lua, and the body returns no bare number where a code belongs;
 // and the script names in SCRIPT_NAMES (src/redis/scripts.ts) and the files match one to one.
-// A last check reads the TypeScript call sites of scripts.run/runEncoded/runStaged('<literal
-// name>', [...] or a `const` array declared before the call) in src/ and routes/ and compares
-// the number of KEYS they pass with the header.
+//
+// The reply codes are defined once per side: `local REPLY_OK = 1` ... in prelude.lua, and the same
+// names with the same values in src/redis/calls/codes.ts; checked to agree.
+//
+// Scripts are run only through their wrappers in src/redis/calls/ (no call of Scripts.run,
+// runEncoded or runStaged with a script name elsewhere), and each wrapper is run here against a
+// recording stand-in for Scripts: what it sends must match the header (as many KEYS and ARGV,
+// distinct keys, all in one Redis Cluster slot), and every script must be sent by some wrapper.
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { SCRIPT_NAMES, listScriptFiles } from '../../src/redis/scripts.ts';
+import { BulkStrings } from '../../src/redis/binary-command.ts';
+import * as codes from '../../src/redis/calls/codes.ts';
+import {
+  attachSubscription,
+  deleteTopicData,
+  dropSubscription,
+  finishCleanup,
+  markCleanup,
+  putSubscription,
+  putTopic,
+} from '../../src/redis/calls/control-plane.ts';
+import {
+  acknowledge,
+  acknowledgeOrdered,
+  modifyAckDeadline,
+  pull,
+  touchSubscription,
+} from '../../src/redis/calls/delivery.ts';
+import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
+import { Keys } from '../../src/redis/keys.ts';
+import { SCRIPT_NAMES, type ScriptName, Scripts, listScriptFiles } from '../../src/redis/scripts.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const LUA_DIR = `${ROOT}src/lua/`;
@@ -30,6 +57,8 @@ interface Header {
   argvFrom?: number;
   argvNone: boolean;
   hasReturns: boolean;
+  /** The text from `Returns` to `Invariant`. */
+  returnsText: string;
   hasInvariant: boolean;
 }
 
@@ -43,7 +72,14 @@ interface Script {
 }
 
 function parseHeader(text: string): Header {
-  const header: Header = { keys: [], argv: [], argvNone: false, hasReturns: false, hasInvariant: false };
+  const header: Header = {
+    keys: [],
+    argv: [],
+    argvNone: false,
+    hasReturns: false,
+    returnsText: '',
+    hasInvariant: false,
+  };
   const lines = text.split('\n');
   const first = lines.find((line) => line.trim() !== '');
   const purpose = first && /^\s*([a-z0-9-]+):\s+\S/.exec(first);
@@ -66,6 +102,7 @@ function parseHeader(text: string): Header {
     }
     if (/^\s*Returns\b/.test(line)) header.hasReturns = true;
     if (/^\s*Invariant\b/.test(line)) header.hasInvariant = true;
+    if (header.hasReturns && !header.hasInvariant) header.returnsText += `${line}\n`;
   }
   return header;
 }
@@ -108,6 +145,18 @@ function uses(body: string, table: 'KEYS' | 'ARGV') {
   if (new RegExp(`[(,]\\s*${table}\\s*[,)]`).test(body)) dynamic = true;
   return { literal, dynamic };
 }
+
+/** The reply codes prelude.lua defines (`local REPLY_OK = 1`), by name. */
+const luaCodes = Object.fromEntries(
+  [
+    ...stripComments(readFileSync(`${LUA_DIR}prelude.lua`, 'utf8')).matchAll(
+      /^local ((?:REPLY|DELIVERY)_[A-Z_]+) = (-?\d+)\s*$/gm,
+    ),
+  ].map(([, name, value]) => [name, Number(value)]),
+);
+
+/** The reply codes a text names (REPLY_OK, DELIVERY_GONE, ...). */
+const codeNames = (text: string) => new Set(text.match(/\b(?:REPLY|DELIVERY)_[A-Z_]+\b/g) ?? []);
 
 const files = readdirSync(LUA_DIR)
   .filter((file) => file.endsWith('.lua') && file !== 'prelude.lua')
@@ -166,15 +215,42 @@ for (const script of scripts) {
     if (header.argvNone) {
       t.ok(argv.literal.size === 0 && !argv.dynamic, '"ARGV none" scripts use no ARGV');
     }
+    t.same(
+      header.argv,
+      header.argv.map((_, i) => i + 1),
+      'ARGV entries are numbered 1, 2, 3, ... in order',
+    );
+    if (header.argvFrom !== undefined && header.argv.length > 0) {
+      t.equal(header.argvFrom, header.argv.length + 1, 'an ARGV[n..] entry follows the last single ARGV entry');
+    }
     if (header.argvFrom === undefined && !argv.dynamic) {
       // fine: fixed argument list
     } else if (header.argvFrom === undefined) {
       t.fail('the body uses #ARGV / ARGV[var] / unpack(ARGV) without an ARGV[n..] header entry');
     }
+
+    const named = codeNames(header.returnsText);
+    const unnamed = [...codeNames(script.body)].filter((code) => !named.has(code));
+    t.same(unnamed, [], 'every reply code the body uses is named under Returns');
+    const unknown = [...named].filter((code) => !(code in luaCodes));
+    t.same(unknown, [], 'every reply code named under Returns is defined in prelude.lua');
+    t.notMatch(script.body, /\breturn\s*\{?\s*-?\d/, 'returns named codes, never a bare number');
   });
 }
 
-// ---- call sites: the number of KEYS passed matches the header ----
+// ---- reply codes: prelude.lua and src/redis/calls/codes.ts agree ----
+
+t.test('prelude.lua and src/redis/calls/codes.ts define the same reply codes', async (t) => {
+  const typescript = Object.fromEntries(Object.entries(codes).filter(([, value]) => typeof value === 'number'));
+  t.ok(Object.keys(luaCodes).length > 0, 'prelude.lua defines reply codes');
+  t.same(luaCodes, typescript, 'the same names, with the same values');
+  t.ok(
+    readFileSync(`${LUA_DIR}publish.lua`, 'utf8').includes(`error_reply('publish: ${STAGED_BODIES_MISSING}')`),
+    'publish.lua answers the error its wrapper matches when staged bodies are missing',
+  );
+});
+
+// ---- wrappers: only they run scripts, and each sends what its header declares ----
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
@@ -184,75 +260,192 @@ function sourceFiles(dir: string): string[] {
   });
 }
 
-/** Splits the text of an array literal starting at `open` ('[') into top-level elements. */
-function arrayElements(text: string, open: number): string[] | undefined {
-  const elements: string[] = [];
-  let depth = 0;
-  let current = '';
-  for (let i = open; i < text.length; i++) {
-    const c = text[i];
-    if ('[({'.includes(c)) {
-      depth++;
-      if (depth === 1) continue;
-    } else if (')]}'.includes(c)) {
-      depth--;
-      if (depth === 0) {
-        if (current.trim() !== '') elements.push(current.trim());
-        return elements;
-      }
-    } else if (c === ',' && depth === 1) {
-      elements.push(current.trim());
-      current = '';
-      continue;
-    } else if (c === "'" || c === '"' || c === '`') {
-      const end = text.indexOf(c, i + 1);
-      if (end < 0) return undefined;
-      current += text.slice(i, end + 1);
-      i = end;
-      continue;
+t.test('scripts are run only through their wrappers in src/redis/calls/', async (t) => {
+  const wrappers = `${ROOT}src/redis/calls/`;
+  const dirs = ['src/', 'routes/', 'test/helpers/', 'bench/'].map((dir) => `${ROOT}${dir}`);
+  let wrapped = 0;
+  for (const file of dirs.flatMap(sourceFiles)) {
+    const text = readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/\.(?:run|runEncoded|runStaged)\(\s*'([a-z0-9-]+)'/g)) {
+      if (file.startsWith(wrappers)) wrapped++;
+      else t.fail(`${file.slice(ROOT.length)}:${text.slice(0, m.index).split('\n').length} runs ${m[1]} directly`);
     }
-    current += c;
   }
-  return undefined;
+  t.ok(wrapped >= SCRIPT_NAMES.length, `the wrappers run the scripts (${wrapped} calls)`);
+});
+
+/** What a wrapper sent: the script, its KEYS, and how many ARGV (bodies in the call included). */
+interface Sent {
+  name: ScriptName;
+  keys: string[];
+  argv: number;
 }
 
-t.test('call sites pass as many KEYS as the header declares', async (t) => {
+/** A Scripts that records what it is asked to run and answers `reply`, without Redis. */
+function recordingScripts(sent: Sent[], reply: unknown): Scripts {
+  return Object.assign(Object.create(Scripts.prototype) as Scripts, {
+    run: async (name, keys, args) => {
+      sent.push({ name, keys, argv: args.length });
+      return reply;
+    },
+    runEncoded: async (name, keys, args, trailing) => {
+      sent.push({ name, keys, argv: args.length + trailing.count });
+      return reply;
+    },
+    // The bodies go to the staging key, not to the script.
+    runStaged: async (name, keys, args) => {
+      sent.push({ name, keys, argv: args.length });
+      return reply;
+    },
+  } satisfies Pick<Scripts, 'run' | 'runEncoded' | 'runStaged'>);
+}
+
+/** The hash tag of a key (Redis Cluster hashes only that part, when there is one). */
+function hashTag(key: string): string {
+  const open = key.indexOf('{');
+  const close = open < 0 ? -1 : key.indexOf('}', open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+interface WrapperCase {
+  what: string;
+  /** What the stand-in answers: a reply the script may give. */
+  reply: unknown;
+  /** KEYS beyond the header's single entries (a KEYS[n..] entry), ARGV beyond its single entries. */
+  moreKeys?: number;
+  moreArgv?: number;
+  call: (scripts: Scripts) => Promise<unknown>;
+}
+
+const keys = new Keys('ps');
+const data = keys.topicData('0123456789abcdef');
+const sub = data.subscription('fedcba9876543210');
+const time = '';
+const wakeChannel = keys.wakeChannel('0123456789abcdef');
+const members = ['1000:1', '1001:2'];
+const publishCall = (staged: boolean, subscriptions: PublishCall['subscriptions']): PublishCall => ({
+  time,
+  publishTimeUs: 1_000_000,
+  attachVersion: '1',
+  wakeChannel,
+  orderingKey: '',
+  subscriptions,
+  bodies: new BulkStrings([5, 7], { indexWidth: staged ? 3 : undefined }),
+  staged,
+  stagingKey: data.staging('test'),
+});
+const twoSubscriptions = [
+  { uid: 'aaaaaaaaaaaaaaaa', ordered: false },
+  { uid: 'bbbbbbbbbbbbbbbb', ordered: true },
+];
+const put = { mode: 'cas', expected: '', name: 'projects/p/x/y', json: '{}', version: 1, tombstone: false } as const;
+const published = [codes.REPLY_OK, 1000, 1_000_000];
+const settled = [codes.DELIVERY_APPLIED, codes.DELIVERY_GONE];
+
+const wrapperCases: WrapperCase[] = [
+  {
+    what: 'publish, bodies in the call, two subscriptions',
+    reply: published,
+    moreKeys: 2 * 3, // three per attached subscription
+    moreArgv: 2, // the bodies
+    call: (scripts) => publish(scripts, data, publishCall(false, twoSubscriptions)),
+  },
+  {
+    what: 'publish, staged bodies, two subscriptions',
+    reply: published,
+    moreKeys: 2 * 3,
+    call: (scripts) => publish(scripts, data, publishCall(true, twoSubscriptions)),
+  },
+  {
+    what: 'publish, staged bodies, no subscription',
+    reply: published,
+    call: (scripts) => publish(scripts, data, publishCall(true, [])),
+  },
+  {
+    what: 'pull',
+    reply: [codes.REPLY_OK, '', 0, '1000', 1],
+    call: (scripts) => pull(scripts, data, sub, { time, max: 10, leaseUs: 1_000_000, wakeChannel, maxBytes: 100 }),
+  },
+  {
+    what: 'acknowledge',
+    reply: settled,
+    moreArgv: members.length,
+    call: (scripts) => acknowledge(scripts, data, sub, { time, members }),
+  },
+  {
+    what: 'acknowledge-ordered',
+    reply: settled,
+    moreArgv: members.length,
+    call: (scripts) => acknowledgeOrdered(scripts, data, sub, { time, wakeChannel, members }),
+  },
+  {
+    what: 'modify-ack-deadline',
+    reply: settled,
+    moreArgv: members.length,
+    call: (scripts) => modifyAckDeadline(scripts, sub, { time, seconds: 10, wakeChannel, members }),
+  },
+  {
+    what: 'touch-subscription',
+    reply: codes.REPLY_OK,
+    call: (scripts) => touchSubscription(scripts, sub, { time }),
+  },
+  {
+    what: 'attach-subscription',
+    reply: codes.REPLY_OK,
+    moreArgv: 4, // two config field/value pairs
+    call: (scripts) =>
+      attachSubscription(scripts, data, {
+        time,
+        subscriptionUid: 'fedcba9876543210',
+        ordered: false,
+        version: 1,
+        config: ['ackDeadlineUs', '10000000', 'ordered', '0'],
+      }),
+  },
+  {
+    what: 'drop-subscription',
+    reply: 0,
+    call: (scripts) => dropSubscription(scripts, data, { subscriptionUid: 'fedcba9876543210', batch: 10 }),
+  },
+  { what: 'delete-topic-data', reply: codes.REPLY_OK, call: (scripts) => deleteTopicData(scripts, data) },
+  {
+    what: 'put-topic',
+    reply: [codes.REPLY_OK, ''],
+    call: (scripts) => putTopic(scripts, keys, '0123456789abcdef', put),
+  },
+  {
+    what: 'put-subscription',
+    reply: [codes.REPLY_REFUSED, '{}'],
+    call: (scripts) => putSubscription(scripts, keys, '0123456789abcdef', { ...put, time }),
+  },
+  {
+    what: 'mark-cleanup',
+    reply: codes.REPLY_OK,
+    call: (scripts) => markCleanup(scripts, keys, { time, ref: 'a/b/c' }),
+  },
+  { what: 'finish-cleanup', reply: codes.REPLY_OK, call: (scripts) => finishCleanup(scripts, keys, { ref: 'a/b/c' }) },
+];
+
+t.test('each wrapper sends its script the KEYS and ARGV its header declares', async (t) => {
   const byName = new Map(scripts.map((script) => [script.name, script]));
-  let checked = 0;
-  for (const file of [...sourceFiles(`${ROOT}src/`), ...sourceFiles(`${ROOT}routes/`)]) {
-    const text = readFileSync(file, 'utf8');
-    const relative = file.slice(ROOT.length);
-    for (const m of text.matchAll(/\.(?:run|runEncoded|runStaged)\(\s*'([a-z0-9-]+)'\s*,\s*(\[|[A-Za-z_]\w*)/g)) {
-      const script = byName.get(m[1]);
-      const header = script?.header;
-      if (!header) {
-        t.fail(`${relative}: runs unknown script ${m[1]}`);
-        continue;
-      }
-      // KEYS written in the call, or in the closest `const <name> = [...]` before it.
-      const declaration = m[2] === '[' ? undefined : text.lastIndexOf(`const ${m[2]} = [`, m.index);
-      const arrayStart =
-        declaration === undefined ? m.index! + m[0].length - 1 : declaration + `const ${m[2]} = `.length;
-      const elements = declaration === -1 ? undefined : arrayElements(text, arrayStart);
-      if (!elements) {
-        t.fail(`${relative}: cannot read the KEYS array of the ${m[1]} call`);
-        continue;
-      }
-      const fixed = elements.filter((e) => !e.startsWith('...')).length;
-      const variadic = elements.some((e) => e.startsWith('...'));
-      const line = text.slice(0, m.index).split('\n').length;
-      const where = `${relative}:${line} ${m[1]}`;
-      if (header.keysFrom === undefined) {
-        t.notOk(variadic, `${where}: no spread KEYS for a script with a fixed key list`);
-        t.equal(fixed, header.keys.length, `${where}: passes ${header.keys.length} KEYS`);
-      } else {
-        t.ok(
-          fixed === header.keys.length,
-          `${where}: passes the ${header.keys.length} fixed KEYS before the variadic ones`,
-        );
-      }
-      checked++;
+  const covered = new Set<string>();
+  for (const { what, reply, moreKeys = 0, moreArgv = 0, call } of wrapperCases) {
+    const sent: Sent[] = [];
+    await call(recordingScripts(sent, reply));
+    t.equal(sent.length, 1, `${what}: runs one script`);
+    const [{ name, keys, argv }] = sent;
+    covered.add(name);
+    const header = byName.get(name)?.header;
+    if (!header) {
+      t.fail(`${what}: runs ${name}, which has no header`);
+      continue;
     }
+    if (moreKeys > 0) t.not(header.keysFrom, undefined, `${what}: ${name} declares KEYS[n..]`);
+    t.equal(keys.length, header.keys.length + moreKeys, `${what}: passes ${header.keys.length + moreKeys} KEYS`);
+    t.equal(new Set(keys).size, keys.length, `${what}: no key twice`);
+    t.equal(new Set(keys.map(hashTag)).size, 1, `${what}: every key in one cluster slot`);
+    if (moreArgv > 0) t.not(header.argvFrom, undefined, `${what}: ${name} declares ARGV[n..]`);
+    t.equal(argv, header.argv.length + moreArgv, `${what}: passes ${header.argv.length + moreArgv} ARGV`);
   }
-  t.ok(checked > 0, `found call sites (${checked}; calls with a computed script name are not checked)`);
+  t.same([...covered].sort(), [...SCRIPT_NAMES].sort(), 'every script is run by a wrapper checked here');
 });

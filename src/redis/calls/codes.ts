@@ -1,0 +1,28 @@
+import type { ScriptName } from '../scripts.ts';
+
+/**
+ * The codes the scripts reply with, under the names prelude.lua gives them
+ * (test/lua/script-headers.test.ts checks that both sides agree). The wrappers beside this file
+ * decode each reply with them into a named result, so that their callers see no code.
+ */
+export const REPLY_OK = 1;
+/** put-topic, put-subscription: the state there was kept (see may_put in prelude.lua). */
+export const REPLY_REFUSED = 0;
+export const REPLY_TOPIC_DELETED = -1;
+export const REPLY_NO_SUBSCRIPTION = -1;
+export const REPLY_ATTACHMENTS_CHANGED = -2;
+export const REPLY_STAMP_REFUSED = -3;
+
+/** Per delivery, from acknowledge, acknowledge-ordered and modify-ack-deadline. */
+export const DELIVERY_GONE = 0;
+export const DELIVERY_APPLIED = 1;
+export const DELIVERY_EXPIRED = 2;
+export const DELIVERY_OUT_OF_ORDER = 3;
+
+/** What every script's time argument is: '' to use Redis TIME, else microseconds (Clock.scriptTime). */
+export type ScriptTime = string;
+
+/** A reply no header documents: a script and its wrapper disagree. */
+export function unexpectedReply(script: ScriptName, reply: unknown): Error {
+  return new Error(`${script} answered ${JSON.stringify(reply)}, which its wrapper does not know`);
+}

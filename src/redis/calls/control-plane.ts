@@ -1,0 +1,139 @@
+import type { Keys, TopicKeys } from '../keys.ts';
+import type { ScriptName, Scripts } from '../scripts.ts';
+import { REPLY_OK, REPLY_REFUSED, REPLY_TOPIC_DELETED, type ScriptTime, unexpectedReply } from './codes.ts';
+
+// The scripts of the control plane (records, their indexes and clean-up marks) and of the
+// data-plane changes it makes: attaching and dropping subscriptions, closing topic data.
+
+export interface PutStateCall {
+  /** 'cas': only if the state there is `expected`; 'newer': only if this one is newer (see may_put). */
+  mode: 'cas' | 'newer';
+  /** 'cas': the state the caller read ('' = none); ignored on 'newer'. */
+  expected: string;
+  /** The full name. */
+  name: string;
+  /** The new state: a record or a tombstone, as JSON. */
+  json: string;
+  version: number;
+  tombstone: boolean;
+}
+
+/** 'written': `previous` is the state it replaced ('' = none); 'refused': `current` is the state there, kept. */
+export type PutStateResult = { kind: 'written'; previous: string } | { kind: 'refused'; current: string };
+
+function putResult(script: ScriptName, reply: [number, string]): PutStateResult {
+  if (reply[0] === REPLY_OK) return { kind: 'written', previous: reply[1] };
+  if (reply[0] === REPLY_REFUSED) return { kind: 'refused', current: reply[1] };
+  throw unexpectedReply(script, reply);
+}
+
+/** Writes a topic's state; `topicUid` is the state's incarnation (its subscription names go with a tombstone). */
+export async function putTopic(
+  scripts: Scripts,
+  keys: Keys,
+  topicUid: string,
+  put: PutStateCall,
+): Promise<PutStateResult> {
+  const reply = await scripts.run(
+    'put-topic',
+    [keys.topics, keys.topicIndex, keys.topicTombstones, keys.topicSubscriptions(topicUid)],
+    [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0'],
+  );
+  return putResult('put-topic', reply as [number, string]);
+}
+
+/** Writes a subscription's state; `topicUid` is the incarnation of the topic it belongs to. */
+export async function putSubscription(
+  scripts: Scripts,
+  keys: Keys,
+  topicUid: string,
+  put: PutStateCall & { time: ScriptTime },
+): Promise<PutStateResult> {
+  const reply = await scripts.run(
+    'put-subscription',
+    [
+      keys.subscriptions,
+      keys.subscriptionIndex,
+      keys.subscriptionTombstones,
+      keys.topicSubscriptions(topicUid),
+      keys.pendingCleanups,
+    ],
+    [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0', put.time],
+  );
+  return putResult('put-subscription', reply as [number, string]);
+}
+
+export interface AttachCall {
+  time: ScriptTime;
+  subscriptionUid: string;
+  ordered: boolean;
+  /** The version of the subscription record the settings come from. */
+  version: number;
+  /** The settings, as config hash field/value pairs. */
+  config: readonly string[];
+}
+
+/** Attaches a subscription to the topic incarnation's future publishes, with its settings. */
+export async function attachSubscription(
+  scripts: Scripts,
+  data: TopicKeys,
+  call: AttachCall,
+): Promise<'attached' | 'topic-deleted'> {
+  const reply = await scripts.run(
+    'attach-subscription',
+    [data.state, data.attached, data.subscription(call.subscriptionUid).config],
+    [call.time, call.subscriptionUid, call.ordered ? '1' : '0', call.version, ...call.config],
+  );
+  if (reply === REPLY_OK) return 'attached';
+  if (reply === REPLY_TOPIC_DELETED) return 'topic-deleted';
+  throw unexpectedReply('attach-subscription', reply);
+}
+
+/**
+ * Detaches a subscription and releases up to `batch` of the entries it holds from each of its
+ * structures. Returns how many entries it still holds (0: fully dropped).
+ */
+export async function dropSubscription(
+  scripts: Scripts,
+  data: TopicKeys,
+  call: { subscriptionUid: string; batch: number },
+): Promise<number> {
+  const sub = data.subscription(call.subscriptionUid);
+  const reply = await scripts.run(
+    'drop-subscription',
+    [
+      data.state,
+      data.attached,
+      sub.config,
+      sub.ready,
+      sub.leased,
+      data.bodies,
+      data.refs,
+      sub.keyed,
+      sub.keyedDeliveries,
+      sub.keyStates,
+    ],
+    [call.subscriptionUid, call.batch],
+  );
+  if (typeof reply !== 'number') throw unexpectedReply('drop-subscription', reply);
+  return reply;
+}
+
+/** Closes a topic incarnation to publishing and attaching. */
+export async function deleteTopicData(scripts: Scripts, data: TopicKeys): Promise<void> {
+  await scripts.run('delete-topic-data', [data.state], []);
+}
+
+/** Marks subscription data ("topicUid/subscriptionUid/name") for clean-up. */
+export async function markCleanup(
+  scripts: Scripts,
+  keys: Keys,
+  call: { time: ScriptTime; ref: string },
+): Promise<void> {
+  await scripts.run('mark-cleanup', [keys.pendingCleanups], [call.time, call.ref]);
+}
+
+/** Forgets a clean-up mark once its data has been dropped. */
+export async function finishCleanup(scripts: Scripts, keys: Keys, call: { ref: string }): Promise<void> {
+  await scripts.run('finish-cleanup', [keys.pendingCleanups], [call.ref]);
+}

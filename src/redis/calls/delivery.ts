@@ -1,0 +1,165 @@
+import type { SubscriptionKeys, TopicKeys } from '../keys.ts';
+import type { ScriptName, Scripts } from '../scripts.ts';
+import {
+  DELIVERY_APPLIED,
+  DELIVERY_EXPIRED,
+  DELIVERY_GONE,
+  DELIVERY_OUT_OF_ORDER,
+  REPLY_NO_SUBSCRIPTION,
+  REPLY_OK,
+  type ScriptTime,
+  unexpectedReply,
+} from './codes.ts';
+
+// The scripts of the pull/ack/modack cycle, and touch-subscription.
+
+export interface PullCall {
+  time: ScriptTime;
+  max: number;
+  /** How long the leases last (µs); the subscription's ack deadline when undefined. */
+  leaseUs?: number;
+  wakeChannel: string;
+  /** No further message once the leased bodies reach this many bytes (at least one goes). */
+  maxBytes: number;
+}
+
+export type PullResult =
+  /** Not attached here: deleted, or its topic was deleted in this region before it came. */
+  | { kind: 'no-subscription' }
+  | {
+      kind: 'leased';
+      /** When nothing was leased: microseconds until the earliest lease runs out (undefined: none). */
+      nextDueUs: number | undefined;
+      /** Messages published before this are past the subscription's retention. */
+      oldestKeptUs: number;
+      /** The leased messages (their bodies are read outside the script) and their generations. */
+      seqs: string[];
+      generations: number[];
+    };
+
+export async function pull(
+  scripts: Scripts,
+  data: TopicKeys,
+  sub: SubscriptionKeys,
+  call: PullCall,
+): Promise<PullResult> {
+  const reply = (await scripts.run(
+    'pull',
+    [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+    [call.time, call.max, call.leaseUs ?? '', call.wakeChannel, call.maxBytes],
+  )) as [number, number | '', number, ...(string | number)[]];
+  if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
+  if (reply[0] !== REPLY_OK) throw unexpectedReply('pull', reply);
+  const seqs: string[] = [];
+  const generations: number[] = [];
+  for (let i = 3; i < reply.length; i += 2) {
+    seqs.push(String(reply[i]));
+    generations.push(Number(reply[i + 1]));
+  }
+  const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
+  return { kind: 'leased', nextDueUs, oldestKeptUs: reply[2], seqs, generations };
+}
+
+/**
+ * What an ack or deadline change did to one delivery:
+ *   'applied'       done;
+ *   'gone'          no such lease: acknowledged, superseded by a newer delivery, nacked, or unknown;
+ *   'expired'       the lease had expired: nothing changed on an exactly-once subscription, the
+ *                   change applied anyway on others;
+ *   'out-of-order'  (acknowledge-ordered, exactly-once) an earlier message of its key is not
+ *                   acknowledged yet: nothing changed.
+ */
+export type DeliveryOutcome = 'applied' | 'gone' | 'expired' | 'out-of-order';
+
+export type SettleResult =
+  | { kind: 'no-subscription' }
+  /** One outcome per delivery, in the order they were given. */
+  | { kind: 'settled'; outcomes: DeliveryOutcome[] };
+
+const OUTCOMES: Record<number, DeliveryOutcome> = {
+  [DELIVERY_APPLIED]: 'applied',
+  [DELIVERY_GONE]: 'gone',
+  [DELIVERY_EXPIRED]: 'expired',
+  [DELIVERY_OUT_OF_ORDER]: 'out-of-order',
+};
+
+function settled(script: ScriptName, reply: number[]): SettleResult {
+  if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
+  const outcomes: DeliveryOutcome[] = [];
+  for (const code of reply) {
+    const outcome = OUTCOMES[code];
+    if (!outcome) throw unexpectedReply(script, reply);
+    outcomes.push(outcome);
+  }
+  return { kind: 'settled', outcomes };
+}
+
+export interface AcknowledgeCall {
+  time: ScriptTime;
+  /** Distinct deliveries, "seq:gen". */
+  members: readonly string[];
+}
+
+/** Runs acknowledge.lua: for subscriptions without message ordering. */
+export async function acknowledge(
+  scripts: Scripts,
+  data: TopicKeys,
+  sub: SubscriptionKeys,
+  call: AcknowledgeCall,
+): Promise<SettleResult> {
+  const reply = await scripts.run(
+    'acknowledge',
+    [sub.config, sub.leased, data.bodies, data.refs],
+    [call.time, ...call.members],
+  );
+  return settled('acknowledge', reply as number[]);
+}
+
+/** Runs acknowledge-ordered.lua: for subscriptions with message ordering. */
+export async function acknowledgeOrdered(
+  scripts: Scripts,
+  data: TopicKeys,
+  sub: SubscriptionKeys,
+  call: AcknowledgeCall & { wakeChannel: string },
+): Promise<SettleResult> {
+  const reply = await scripts.run(
+    'acknowledge-ordered',
+    [sub.config, sub.leased, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+    [call.time, call.wakeChannel, ...call.members],
+  );
+  return settled('acknowledge-ordered', reply as number[]);
+}
+
+export interface ModifyAckDeadlineCall {
+  time: ScriptTime;
+  /** The new deadline, in seconds from now; 0 nacks. */
+  seconds: number;
+  wakeChannel: string;
+  /** Deliveries, "seq:gen". */
+  members: readonly string[];
+}
+
+export async function modifyAckDeadline(
+  scripts: Scripts,
+  sub: SubscriptionKeys,
+  call: ModifyAckDeadlineCall,
+): Promise<SettleResult> {
+  const reply = await scripts.run(
+    'modify-ack-deadline',
+    [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+    [call.time, call.seconds, call.wakeChannel, ...call.members],
+  );
+  return settled('modify-ack-deadline', reply as number[]);
+}
+
+/** Records that the subscription is in use (an open stream keeps it alive while no message flows). */
+export async function touchSubscription(
+  scripts: Scripts,
+  sub: SubscriptionKeys,
+  call: { time: ScriptTime },
+): Promise<'touched' | 'no-subscription'> {
+  const reply = await scripts.run('touch-subscription', [sub.config], [call.time]);
+  if (reply === REPLY_OK) return 'touched';
+  if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
+  throw unexpectedReply('touch-subscription', reply);
+}

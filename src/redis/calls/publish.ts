@@ -1,0 +1,99 @@
+import type { BulkStrings } from '../binary-command.ts';
+import type { TopicKeys } from '../keys.ts';
+import type { Scripts } from '../scripts.ts';
+import {
+  REPLY_ATTACHMENTS_CHANGED,
+  REPLY_OK,
+  REPLY_STAMP_REFUSED,
+  REPLY_TOPIC_DELETED,
+  type ScriptTime,
+  unexpectedReply,
+} from './codes.ts';
+
+export interface PublishCall {
+  time: ScriptTime;
+  /** The publish time stamped into every body (µs). */
+  publishTimeUs: number;
+  /** The attachVersion read together with `subscriptions`. */
+  attachVersion: string;
+  wakeChannel: string;
+  /** '' for none; one key per request. */
+  orderingKey: string;
+  /** The attached subscriptions, as read. */
+  subscriptions: readonly { uid: string; ordered: boolean }[];
+  /** The packed bodies: block fields when staged, else the bodies alone (packMessages). */
+  bodies: BulkStrings;
+  staged: boolean;
+  /** Where staged bodies go (TopicKeys.staging); a key of the call either way. */
+  stagingKey: string;
+}
+
+/**
+ * What publish.lua did; on every answer but 'published' nothing was stored.
+ *   'published'              as seqs firstSeq .. firstSeq + n - 1, at the script's time redisTimeUs;
+ *   'topic-deleted'          the topic incarnation is deleted;
+ *   'attachments-changed'    re-read the attached subscriptions and publish again;
+ *   'stamp-refused'          the publish time is too far from the script's time redisTimeUs: stamp
+ *                            again from it;
+ *   'staged-bodies-missing'  the staged bodies were not all there when the script ran (ioredis
+ *                            Cluster, retrying commands one by one after a failover, sent the
+ *                            script before them): publishing again succeeds.
+ */
+export type PublishResult =
+  | { kind: 'published'; firstSeq: number; redisTimeUs: number }
+  | { kind: 'topic-deleted' }
+  | { kind: 'attachments-changed' }
+  | { kind: 'stamp-refused'; redisTimeUs: number }
+  | { kind: 'staged-bodies-missing' };
+
+/** The error publish.lua answers when the staged bodies are not all there. */
+export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
+
+/**
+ * Runs publish.lua. Large bodies are staged in a hash the script renames (Scripts.runStaged), so
+ * that Redis never makes Lua strings of them; small ones go in the call (two commands fewer), and
+ * share a block with other small publishes (Scripts.runEncoded). Either way they are encoded in
+ * one pass: they are nearly all of what is sent (binary-command.ts).
+ */
+export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
+  const { bodies, stagingKey } = call;
+  const keys = [data.state, data.bodies, data.refs, stagingKey];
+  let orderedFlags = '';
+  for (const { uid, ordered } of call.subscriptions) {
+    const sub = data.subscription(uid);
+    keys.push(sub.ready, sub.keyed, sub.keyStates);
+    orderedFlags += ordered ? '1' : '0';
+  }
+  const args = [
+    call.time,
+    String(call.publishTimeUs),
+    call.attachVersion,
+    call.wakeChannel,
+    call.orderingKey,
+    orderedFlags,
+    String(bodies.count),
+  ];
+  let reply: [number, number?, number?];
+  try {
+    reply = (await (call.staged
+      ? scripts.runStaged('publish', keys, args, stagingKey, bodies)
+      : scripts.runEncoded('publish', keys, args, bodies))) as typeof reply;
+  } catch (error) {
+    if (call.staged && error instanceof Error && error.message.includes(STAGED_BODIES_MISSING)) {
+      return { kind: 'staged-bodies-missing' };
+    }
+    throw error;
+  }
+  switch (reply[0]) {
+    case REPLY_TOPIC_DELETED:
+      return { kind: 'topic-deleted' };
+    case REPLY_ATTACHMENTS_CHANGED:
+      return { kind: 'attachments-changed' };
+    case REPLY_STAMP_REFUSED:
+      return { kind: 'stamp-refused', redisTimeUs: reply[1]! };
+    case REPLY_OK:
+      return { kind: 'published', firstSeq: reply[1]!, redisTimeUs: reply[2]! };
+    default:
+      throw unexpectedReply('publish', reply);
+  }
+}
