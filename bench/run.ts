@@ -15,7 +15,7 @@ import {
   pullAckWorkload,
   type ThroughputResult,
 } from './broker-workloads.ts';
-import { messageOrigin } from '../src/broker/delivery.ts';
+import { messageOrigin } from '../src/broker/message-ids.ts';
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';

@@ -51,25 +51,20 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     // A long poll stops waiting when the client goes away.
     const clientGone = new AbortController();
     reply.raw.on('close', () => clientGone.abort());
-    const received = await broker.delivery.pull(
-      name,
-      body.maxMessages,
-      body.returnImmediately === true,
-      clientGone.signal,
-    );
+    const received = await broker.delivery.pull(httpCaller(broker, 'rest', clientGone.signal), name, body);
     // An empty pull answers {}, as Pub/Sub does.
     return reply.type('application/json; charset=utf-8').send(receivedMessagesJson(received));
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::acknowledge`, async (request) => {
     const name = subscriptionName(request.params);
     const body = parseBody(acknowledgeBodySchema, request.body, 'acknowledge request');
-    await broker.delivery.acknowledge(name, body.ackIds);
+    await broker.delivery.acknowledge(caller(), name, body);
     return {};
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyAckDeadline`, async (request) => {
     const name = subscriptionName(request.params);
     const body = parseBody(modifyAckDeadlineBodySchema, request.body, 'modifyAckDeadline request');
-    await broker.delivery.modifyAckDeadline(name, body.ackIds, body.ackDeadlineSeconds);
+    await broker.delivery.modifyAckDeadline(caller(), name, body);
     return {};
   });
 }

@@ -52,7 +52,7 @@ export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions
       try {
         const name = topicName(request.params);
         const body = parseBody(publishBodySchema, request.body, 'publish request');
-        return await broker.delivery.publish(name, body.messages);
+        return await broker.delivery.publish(caller(), name, body);
       } catch (error) {
         // A large body's data strings were not searched for raw control characters (json-body.ts):
         // every one that decoded had none, so only a failed publish can be such a body.

@@ -1,726 +1,120 @@
-import {
-  ApiError,
-  exactlyOnceAckFailure,
-  failedPrecondition,
-  invalidArgument,
-  notFound,
-  unavailable,
-  type AckFailureCode,
-} from '../errors.ts';
-import { randomUUID } from 'node:crypto';
-import { BulkStrings } from '../redis/binary-command.ts';
-import { BLOCK_FIELD_DIGITS, SEQS_PER_BLOCK, type TopicKeys } from '../redis/keys.ts';
-import type { RedisClient } from '../redis/client.ts';
-import {
-  acknowledge,
-  acknowledgeOrdered,
-  type DeliveryOutcome,
-  modifyAckDeadline,
-  pull,
-  type SettleResult,
-} from '../redis/calls/delivery.ts';
-import { publish } from '../redis/calls/publish.ts';
-import type { PubsubMessageBody } from '../schemas/messages.ts';
-import { withTimeout } from '../timeout.ts';
+import type { AckIdCodec } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
-import type { AckIdCodec, Delivery } from './ack-id.ts';
-import type { ClockReading } from './clock.ts';
-import { formatTimestampUs } from './durations.ts';
-import { layoutMessage, packMessages, stampMessages, unpackMessage } from './message-codec.ts';
-import { parseResourceName, type ResourceName } from './names.ts';
-import type { Region, Regions } from './regions.ts';
-import type { SubscriptionRecord, TopicRecord } from './records.ts';
+import type { CallContext } from './call-context.ts';
+import type { ResourceName } from './names.ts';
+import { Publisher } from './publish.ts';
+import { Puller, type ReceivedMessage } from './pull.ts';
+import type { PubsubMessageBody } from '../schemas/messages.ts';
+import type { SubscriptionRecord } from './records.ts';
+import type { Regions } from './regions.ts';
+import { type SettleOutcome, Settlement, throwFailures } from './settlement.ts';
+import { checkSubscribeRegion } from './storage-region.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import type { TopicService } from './topics.ts';
-import type { Waiter } from './wakeups.ts';
-
-export const MAX_PULL_MESSAGES = 1000;
-/**
- * Message bytes one pull returns at most (at least one message always goes): 1000 messages of
- * 10 MB would not fit in Redis's Lua memory, nor in one JSON string.
- */
-export const MAX_PULL_BYTES = 10_000_000;
-export const MAX_PUBLISH_MESSAGES = 1000;
-// A publish's seqs lie in one block of sequence numbers (keys.ts): its messages must fit in it.
-if (MAX_PUBLISH_MESSAGES > SEQS_PER_BLOCK) throw new Error('a publish must fit in one block of sequence numbers');
-export const MAX_PUBLISH_BYTES = 10_000_000;
-const MAX_ATTRIBUTES = 100;
-const MAX_ATTRIBUTE_KEY_BYTES = 256;
-const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
-const MAX_ORDERING_KEY_BYTES = 1024;
-/**
- * A remote region that answers slower than this is skipped by a pull: a sick region must not
- * stall pulls through the healthy ones. Whatever its script leased meanwhile is nacked when the
- * answer comes (nobody saw it, so exactly-once still holds), or else delivered again when the
- * lease runs out.
- */
-const REMOTE_PULL_TIMEOUT_MS = 2_000;
-
-export interface ReceivedMessage {
-  ackId: string;
-  message: {
-    /** Raw bytes; base64 on the wire (see received-json.ts). */
-    data?: Buffer;
-    attributes?: Record<string, string>;
-    messageId: string;
-    publishTime: string;
-    orderingKey?: string;
-  };
-}
-
-/**
- * A message a pull leased, with the delivery it is (streams track ordering keys by region and
- * sequence). Its ack ID is sealed when first asked for, as the answer is written: made for the
- * whole batch up front, the ack ID strings outlived young-generation collections (as base64
- * data did, see received-json.ts).
- */
-export class LeasedMessage implements ReceivedMessage {
-  // Truly private (#): the codec holds the ack ID secret, and must not show in logs or JSON.
-  readonly #codec: AckIdCodec;
-  #sealed?: string;
-
-  constructor(
-    codec: AckIdCodec,
-    readonly delivery: Delivery,
-    readonly message: ReceivedMessage['message'],
-  ) {
-    this.#codec = codec;
-  }
-
-  get ackId(): string {
-    this.#sealed ??= this.#codec.encode(this.delivery);
-    return this.#sealed;
-  }
-
-  toJSON(): ReceivedMessage {
-    return { ackId: this.ackId, message: this.message };
-  }
-}
-
-interface Attachments {
-  version: string;
-  /** Attached subscription uids, and for each whether it orders by key. */
-  subscriptions: { uid: string; ordered: boolean }[];
-}
 
 export interface DeliveryOptions {
   /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
   ackIds: () => Promise<AckIdCodec>;
   /** Upper bound of a long-polling pull, in milliseconds. */
   pullWaitMs: number;
-  /** How long a topic record is reused for publishing, in milliseconds (see rememberTopic). */
+  /** How long a topic record is reused for publishing, in milliseconds (remembered-topics.ts). */
   rememberTopicMs: number;
-  /** Publishes whose packed bodies reach this many bytes stage them outside the script (see publishTo). */
+  /** Publishes whose packed bodies reach this many bytes stage them outside the script (publish.ts). */
   stageBodiesFromBytes: number;
 }
 
+export interface PublishRequest {
+  messages: PubsubMessageBody[];
+}
+
+export interface PullRequest {
+  maxMessages: number;
+  returnImmediately?: boolean;
+}
+
+export interface AcknowledgeRequest {
+  ackIds: string[];
+}
+
+export interface ModifyAckDeadlineRequest {
+  ackIds: string[];
+  /** 0 gives the messages back at once (a nack). */
+  ackDeadlineSeconds: number;
+}
+
 /**
- * Publishing and the pull/ack/modack cycle, each state change one script. A publish is stored
- * in one region (this endpoint's, unless the topic's storage policy says otherwise); pulls
- * look in every usable region, this one first; an ack goes to the region its ack ID names.
+ * Publishing and the pull/ack/modack cycle, each state change one script: publish.ts stores
+ * messages, pull.ts leases them, settlement.ts acknowledges them and changes their deadlines.
+ * The unary calls are here; streams (streaming.ts) use the parts they share with them.
  */
 export class DeliveryService {
-  /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
-  private readonly attachments = new Map<string, Attachments>();
-  /** Single region only: topic records by name, so that a publish need not read one (see rememberTopic). */
-  private readonly publishTopics = new Map<string, { record: TopicRecord; until: number }>();
-  /** Counts pulls, so that every few a remote region is looked at first (see pullOrder). */
-  private pulls = 0;
-  private closing = false;
+  private readonly publisher: Publisher;
+  private readonly puller: Puller;
+  private readonly settlement: Settlement;
 
   constructor(
     private readonly regions: Regions,
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
-    private readonly options: DeliveryOptions,
-  ) {}
+    options: DeliveryOptions,
+  ) {
+    this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes);
+    this.settlement = new Settlement(regions, options.ackIds);
+    this.puller = new Puller(regions, this.settlement, options.ackIds, options.pullWaitMs);
+  }
 
   /** Stops long polls from waiting (graceful shutdown). */
   close(): void {
-    this.closing = true;
+    this.puller.close();
   }
 
-  async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
-    const bodies = checkPublishRequest(messages, this.options.stageBodiesFromBytes);
-    const orderingKey = messages[0].orderingKey ?? '';
-    for (;;) {
-      const remembered = this.rememberedTopic(topicName.full);
-      const record = remembered ?? (await this.topics.read(topicName));
-      const messageIds = await this.publishTo(record, bodies, orderingKey);
-      if (messageIds) {
-        if (!remembered) this.rememberTopic(record);
-        return { messageIds };
-      }
-      // That incarnation was deleted: the name is gone, or now names a new incarnation.
-      this.publishTopics.delete(topicName.full);
-      if (!remembered) throw notFound(topicName.id);
-    }
+  publish(_caller: CallContext, topic: ResourceName, request: PublishRequest): Promise<{ messageIds: string[] }> {
+    return this.publisher.publish(topic, request.messages);
   }
 
-  /**
-   * Remembers a topic's record for the publishes of the next rememberTopicMs (a second), on a
-   * single region only. There the record gives publish nothing but the incarnation (uid), and the
-   * publish script refuses a deleted one, so a remembered record cannot take a message the topic
-   * would not; the time bounds how long a Redis that lost its data (say, restarted without its
-   * append-only file) still sees publishes to topics it no longer has. With regions, the record's
-   * storage policy decides where messages go, and a change to it applies from the next publish
-   * on: the record is read every time.
-   */
-  private rememberTopic(record: TopicRecord): void {
-    if (this.regions.multiRegion) return;
-    if (this.publishTopics.size >= MAX_REMEMBERED_TOPICS)
-      this.publishTopics.delete(this.publishTopics.keys().next().value!);
-    this.publishTopics.set(record.name, { record, until: performance.now() + this.options.rememberTopicMs });
-  }
-
-  private rememberedTopic(fullName: string): TopicRecord | undefined {
-    const remembered = this.publishTopics.get(fullName);
-    if (!remembered) return undefined;
-    if (remembered.until > performance.now()) return remembered.record;
-    this.publishTopics.delete(fullName);
-    return undefined;
-  }
-
-  /** Stores a publish in the topic incarnation; undefined when the incarnation was deleted. */
-  private async publishTo(
-    record: TopicRecord,
-    { bodies, staged }: PackedPublish,
-    orderingKey: string,
-  ): Promise<string[] | undefined> {
-    const region = this.storageRegion(record, orderingKey);
-    const { ctx } = region;
-    const data = ctx.keys.topicData(record.uid);
-    const wakeChannel = ctx.keys.wakeChannel(record.uid);
-    const cacheKey = `${region.name}/${record.uid}`;
-    const stagingKey = data.staging(randomUUID());
-    let refusal: ClockReading | undefined;
-    for (let refusedStamps = 0; ; ) {
-      const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
-      const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
-      stampMessages(bodies, publishTimeUs);
-      const result = await publish(ctx.scripts, data, {
-        time: ctx.clock.scriptTime(),
-        publishTimeUs,
-        attachVersion: attachments.version,
-        wakeChannel,
-        orderingKey,
-        subscriptions: attachments.subscriptions,
-        bodies,
-        staged,
-        stagingKey,
-      });
-      if (result.kind === 'topic-deleted') return undefined;
-      if (result.kind === 'attachments-changed') {
-        this.attachments.delete(cacheKey);
-        continue;
-      }
-      if (result.kind === 'stamp-refused') {
-        // Stamped from a reading the script's clock disagrees with (Redis's clock was set, or
-        // another shard's clock read it): stamp again from the time this script returned.
-        refusal = ctx.publishClock.observe(result.redisTimeUs);
-        if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
-        throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
-      }
-      if (result.kind === 'staged-bodies-missing')
-        throw unavailable('The publish could not be stored this time; retry it.');
-      ctx.publishClock.observe(result.redisTimeUs);
-      const { firstSeq } = result;
-      return Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i));
-    }
-  }
-
-  /** Leases messages for a unary pull; long-polls unless returnImmediately. */
-  async pull(
-    name: ResourceName,
-    maxMessages: number,
-    returnImmediately: boolean,
-    cancelled: AbortSignal,
-  ): Promise<ReceivedMessage[]> {
+  /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
+  async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
-    const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
-    const giveUpAt = Date.now() + (returnImmediately ? 0 : this.options.pullWaitMs);
-    for (;;) {
-      // Without a wake-up channel the pull answers at once; clients pull again.
-      const waiter =
-        returnImmediately || this.closing ? undefined : await this.armWaiter(record).catch(() => undefined);
-      try {
-        const { received, nextDueUs } = await this.pullOnce(record, max);
-        const remainingMs = giveUpAt - Date.now();
-        if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
-          return received;
-        }
-        // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
-        const sleepMs = nextDueUs === undefined ? remainingMs : Math.min(remainingMs, Math.ceil(nextDueUs / 1000) + 1);
-        await new Promise<void>((resolve) => {
-          const stop = () => {
-            clearTimeout(timer);
-            cancelled.removeEventListener('abort', stop);
-            resolve();
-          };
-          const timer = setTimeout(stop, sleepMs);
-          waiter.woken.then(stop);
-          cancelled.addEventListener('abort', stop, { once: true });
-        });
-        if (cancelled.aborted) return [];
-      } finally {
-        waiter?.cancel();
-      }
-    }
+    const signal = caller.signal ?? new AbortController().signal;
+    return this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal);
   }
 
-  async acknowledge(name: ResourceName, ackIds: string[]): Promise<void> {
+  async acknowledge(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
-    throwFailures(await this.acknowledgeDeliveries(record, ackIds));
+    throwFailures(await this.acknowledgeDeliveries(record, request.ackIds));
   }
 
-  async modifyAckDeadline(name: ResourceName, ackIds: string[], seconds: number): Promise<void> {
-    checkDeadlineChange(seconds, 'ackDeadlineSeconds');
+  async modifyAckDeadline(_caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {
+    checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
-    throwFailures(await this.modifyDeliveries(record, ackIds, seconds));
+    throwFailures(await this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds));
   }
 
-  /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
+  /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */
   acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, (region, members) => this.acknowledgeMembers(region, record, members));
+    return this.settlement.acknowledgeDeliveries(record, ackIds);
   }
 
-  /** Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"). */
-  private acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<SettleResult> {
-    const data = ctx.keys.topicData(record.topicUid);
-    const sub = data.subscription(record.uid);
-    const time = ctx.clock.scriptTime();
-    return record.enableMessageOrdering
-      ? acknowledgeOrdered(ctx.scripts, data, sub, {
-          time,
-          wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-          members,
-        })
-      : acknowledge(ctx.scripts, data, sub, { time, members });
-  }
-
-  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
+  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (settlement.ts). */
   modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, ({ ctx }, members) => {
-      const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
-      return modifyAckDeadline(ctx.scripts, sub, {
-        time: ctx.clock.scriptTime(),
-        seconds,
-        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-        members,
-      });
-    });
+    return this.settlement.modifyDeliveries(record, ackIds, seconds);
   }
 
-  /**
-   * Leases up to `max` available messages once, without waiting, from every usable region
-   * (see pullOrder). `deadlineSeconds` overrides the subscription's ack deadline (streams
-   * lease with their own streamAckDeadlineSeconds). A remote region that fails is skipped:
-   * its messages wait for it; this region's failure fails the pull.
-   */
-  async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
-    const received: LeasedMessage[] = [];
-    let nextDueUs: number | undefined;
-    let bytesLeft = maxBytes;
-    for (const region of this.pullOrder()) {
-      if (received.length >= max || bytesLeft <= 0) break;
-      const pulling = this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
-      try {
-        const part = region === this.regions.local ? await pulling : await withTimeout(pulling, REMOTE_PULL_TIMEOUT_MS);
-        received.push(...part.received);
-        bytesLeft -= part.bytes;
-        if (part.nextDueUs !== undefined) nextDueUs = Math.min(nextDueUs ?? Infinity, part.nextDueUs);
-      } catch (error) {
-        if (region === this.regions.local || error instanceof ApiError) throw error;
-        this.releaseLate(record, pulling);
-      }
-    }
-    return { received, nextDueUs };
+  /** Leases up to `max` messages once, without waiting (pull.ts). */
+  pullOnce(...args: Parameters<Puller['pullOnce']>): ReturnType<Puller['pullOnce']> {
+    return this.puller.pullOnce(...args);
   }
 
-  /**
-   * A remote pull given up on may still lease messages when its answer comes: nobody got them,
-   * so they are nacked at once instead of waiting for their leases to run out.
-   */
-  private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: ReceivedMessage[] }>): void {
-    pulling
-      .then(({ received }) =>
-        received.length > 0
-          ? this.modifyDeliveries(
-              record,
-              received.map((m) => m.ackId),
-              0,
-            )
-          : undefined,
-      )
-      .catch(() => {}); // Unanswered or failed: the leases run out by themselves.
+  /** A wake-up on the subscription's topic in every usable region (pull.ts). */
+  armWaiter(record: SubscriptionRecord): ReturnType<Puller['armWaiter']> {
+    return this.puller.armWaiter(record);
   }
 
-  /**
-   * Arms a wake-up on the subscription's topic in every usable region: it fires on a publish or
-   * nack anywhere, or on a change of one of the topic's subscriptions. Fails if this region's
-   * channel cannot be armed; other regions' failures only cost their wake-ups.
-   */
-  async armWaiter(record: SubscriptionRecord): Promise<Waiter> {
-    const armed = await Promise.allSettled(
-      this.regions.localFirst().map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid))),
-    );
-    const waiters = armed.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
-    const local = armed[0];
-    if (local?.status === 'rejected') {
-      for (const waiter of waiters) waiter.cancel();
-      throw local.reason;
-    }
-    if (waiters.length === 1) return waiters[0];
-    return {
-      woken: Promise.race(waiters.map((waiter) => waiter.woken)),
-      cancel: () => {
-        for (const waiter of waiters) waiter.cancel();
-      },
-    };
-  }
-
-  /**
-   * With `enforceInTransit`, subscribing through a region outside the topic's allowed
-   * persistence regions fails (reference §11).
-   */
-  async checkSubscribeRegion(record: SubscriptionRecord): Promise<void> {
-    if (!this.regions.multiRegion) return;
-    // A deleted topic has no policy left to enforce; any other failure to read it fails the call.
-    const topic = await this.topics.read(parseResourceName('topics', record.topic)).catch((error: unknown) => {
-      if (error instanceof ApiError && error.status === 'NOT_FOUND') return undefined;
-      throw error;
-    });
-    if (topic?.uid !== record.topicUid) return;
-    const policy = topic.messageStoragePolicy;
-    if (policy?.enforceInTransit && !policy.allowedPersistenceRegions?.includes(this.regions.local.name)) {
-      throw inTransitRefusal(topic, this.regions.local.name);
-    }
-  }
-
-  /**
-   * Where a publish is stored (reference §11): this endpoint's region, unless the topic's
-   * messageStoragePolicy leaves it out; then the first allowed region that can be reached,
-   * except for keyed messages (their order holds per region) and with enforceInTransit.
-   */
-  private storageRegion(topic: TopicRecord, orderingKey: string): Region {
-    const local = this.regions.requireLocal();
-    const policy = topic.messageStoragePolicy;
-    const allowed = this.regions.multiRegion ? policy?.allowedPersistenceRegions : undefined;
-    if (!allowed || allowed.includes(local.name)) return local;
-    if (policy?.enforceInTransit) throw inTransitRefusal(topic, local.name);
-    if (orderingKey) {
-      throw failedPrecondition(
-        `Cannot publish messages that contain ordering keys to topic ${topic.name} due a message storage policy on the topic that would require the messages to be forwarded to another region. Please either change the topic's message storage policy or publish to an allowed region using the appropriate regional Cloud Pub/Sub endpoint.`,
-      );
-    }
-    const target = allowed.map((name) => this.regions.byName(name)).find((region) => region?.usable);
-    if (!target)
-      throw unavailable(`None of the topic's allowed persistence regions (${allowed.join(', ')}) can be reached.`);
-    return target;
-  }
-
-  /**
-   * The regions a pull looks in: usable ones, this region first. Every fourth pull starts with
-   * a remote region in turn, so that a busy local backlog never starves the others.
-   */
-  private pullOrder(): Region[] {
-    const order = this.regions.localFirst();
-    if (order.length < 2 || ++this.pulls % 4 !== 0) return order;
-    const remote = order.slice(1);
-    const first = remote[(this.pulls / 4) % remote.length];
-    return [first, ...order.filter((region) => region !== first)];
-  }
-
-  private async pullFrom(
-    region: Region,
-    record: SubscriptionRecord,
-    max: number,
-    deadlineSeconds: number | undefined,
-    maxBytes: number,
-  ) {
-    const { ctx } = region;
-    const data = ctx.keys.topicData(record.topicUid);
-    const sub = data.subscription(record.uid);
-    const leased = await pull(ctx.scripts, data, sub, {
-      time: ctx.clock.scriptTime(),
-      max,
-      leaseUs: deadlineSeconds === undefined ? undefined : deadlineSeconds * 1_000_000,
-      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-      maxBytes,
-    });
-    // Not attached in this region: its topic was deleted there before the subscription came.
-    if (leased.kind === 'no-subscription') {
-      if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
-      return { received: [], bytes: 0, nextDueUs: undefined };
-    }
-    const { nextDueUs, oldestKeptUs, seqs, generations } = leased;
-    if (seqs.length === 0) return { received: [], bytes: 0, nextDueUs };
-    // Read outside the script: Redis copies a body straight into the reply from here.
-    const bodies = await readBodies(ctx.redis, data, seqs);
-    const codec = await this.options.ackIds();
-    const received: LeasedMessage[] = [];
-    const expired: string[] = [];
-    let bytes = 0;
-    for (let j = 0; j < seqs.length; j++) {
-      const seq = seqs[j];
-      const generation = generations[j];
-      const body = bodies[j];
-      if (!body) continue; // gone (its subscription or topic was deleted meanwhile)
-      const stored = unpackMessage(body);
-      // Older than the subscription's retention: dropped, never delivered (see pull.lua).
-      if (stored.publishTimeUs < oldestKeptUs) {
-        expired.push(`${seq}:${generation}`);
-        continue;
-      }
-      bytes += body.length;
-      const message: ReceivedMessage['message'] = {
-        messageId: messageId(region.name, seq),
-        publishTime: publishTimes.format(stored.publishTimeUs),
-      };
-      if (stored.data.length > 0) message.data = stored.data;
-      if (stored.attributes) message.attributes = stored.attributes;
-      if (stored.orderingKey) message.orderingKey = stored.orderingKey;
-      received.push(
-        new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message),
-      );
-    }
-    if (expired.length > 0) await this.acknowledgeMembers(region, record, expired);
-    return { received, bytes, nextDueUs };
-  }
-
-  /**
-   * Decodes ack IDs and runs one script per region over its distinct deliveries.
-   * Exactly-once subscriptions get a per-ack-ID result: malformed, stale and expired IDs fail,
-   * the valid ones still take effect, and a region that cannot be reached is a transient
-   * failure of its IDs. Others ignore stale IDs, but a malformed ID refuses the whole request
-   * before anything changes, and an unreachable region fails it after the others are applied.
-   */
-  private async settle(
-    record: SubscriptionRecord,
-    ackIds: string[],
-    apply: (region: Region, members: string[]) => Promise<SettleResult>,
-  ): Promise<SettleOutcome> {
-    const exactlyOnce = record.enableExactlyOnceDelivery === true;
-    const codec = await this.options.ackIds();
-    const outcome: SettleOutcome = { applied: [], failures: new Map() };
-    const byRegion = new Map<Region, Map<string, string>>();
-    for (const ackId of ackIds) {
-      const delivery = codec.decode(ackId);
-      const region = delivery?.subscriptionUid === record.uid ? this.regions.byName(delivery.region) : undefined;
-      if (delivery && region) {
-        const memberOf = byRegion.get(region) ?? new Map<string, string>();
-        byRegion.set(region, memberOf.set(ackId, leaseMember(delivery)));
-      } else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${record.name}.`);
-    }
-    let regionFailure: unknown;
-    for (const [region, memberOf] of byRegion) {
-      const members = [...new Set(memberOf.values())];
-      let settled: SettleResult;
-      try {
-        if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
-        settled = await apply(region, members);
-      } catch (error) {
-        if (!exactlyOnce) regionFailure ??= error;
-        else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
-        continue;
-      }
-      let results: DeliveryOutcome[];
-      if (settled.kind === 'no-subscription') {
-        if (region === this.regions.local || !this.regions.multiRegion) throw notFound(shortName(record.name));
-        results = members.map((): DeliveryOutcome => 'gone');
-      } else results = settled.outcomes;
-      const resultOf = new Map(members.map((member, i) => [member, results[i]]));
-      for (const [ackId, member] of memberOf) {
-        const result = resultOf.get(member);
-        if (result === 'applied' || (!exactlyOnce && result !== 'out-of-order')) outcome.applied.push(ackId);
-        else if (result === 'out-of-order') outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
-        else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-      }
-    }
-    if (regionFailure) throw regionFailure;
-    return outcome;
-  }
-
-  private async readAttachments(region: Region, topicUid: string): Promise<Attachments> {
-    const { redis, keys } = region.ctx;
-    const data = keys.topicData(topicUid);
-    const [version, attached] = await Promise.all([
-      redis.hget(data.state, 'attachVersion'),
-      redis.hgetall(data.attached),
-    ]);
-    // Sent in this order on one connection, the set read is at least as new as the version: if
-    // it is newer, publish fails its version check and this is read again, so a stale pair is
-    // never used to publish.
-    const attachments: Attachments = {
-      version: version ?? '0',
-      subscriptions: Object.entries(attached).map(([uid, ordered]) => ({ uid, ordered: ordered === '1' })),
-    };
-    this.attachments.set(`${region.name}/${topicUid}`, attachments);
-    return attachments;
+  /** Subscribing through this endpoint is allowed by the topic's storage policy (storage-region.ts). */
+  checkSubscribeRegion(record: SubscriptionRecord): Promise<void> {
+    return checkSubscribeRegion(this.regions, this.topics, record);
   }
 }
-
-function inTransitRefusal(topic: TopicRecord, region: string): ApiError {
-  const allowed = topic.messageStoragePolicy?.allowedPersistenceRegions ?? [];
-  return failedPrecondition(
-    `The message storage policy of topic ${topic.name} enforces its allowed persistence regions (${allowed.join(', ')}) in transit; region ${region} is not one of them. Use an endpoint of an allowed region.`,
-  );
-}
-
-/**
- * Message IDs are the message's sequence in its topic incarnation, and in a deployment with
- * regions the region that stores it: "<region>-<seq>".
- */
-function messageId(region: string, seq: number | string): string {
-  return region ? `${region}-${seq}` : String(seq);
-}
-
-/** The region ('' without regions) and sequence of a message ID this broker issued (the bench counts by region). */
-export function messageOrigin(id: string): { region: string; seq: number } {
-  const dash = id.lastIndexOf('-');
-  return { region: id.slice(0, Math.max(0, dash)), seq: Number(id.slice(dash + 1)) };
-}
-
-/** Per-ack-ID results. `failures` is only ever filled on exactly-once subscriptions. */
-export interface SettleOutcome {
-  /** Ack IDs whose delivery the request changed (on other subscriptions: all well-formed ones). */
-  applied: string[];
-  failures: Map<string, AckFailureCode>;
-}
-
-function throwFailures(outcome: SettleOutcome): void {
-  if (outcome.failures.size > 0) throw exactlyOnceAckFailure(outcome.failures);
-}
-
-const shortName = (fullName: string) => fullName.slice(fullName.lastIndexOf('/') + 1);
-
-/**
- * Publish stamps in a row the script may refuse before the publish fails. A second stamp comes
- * from the time the refusing script returned, so only a clock stepped again meanwhile, or a call
- * that waited over 10 s on its way to Redis, is refused twice.
- */
-const MAX_REFUSED_STAMPS = 3;
-
-/** Topic records kept for publishing (see rememberTopic); past this, the longest kept is dropped. */
-const MAX_REMEMBERED_TOPICS = 10_000;
-
-/** Messages of one publish share a publish time: format it once, not once per message. */
-const publishTimes = {
-  lastUs: -1,
-  lastText: '',
-  format(microseconds: number): string {
-    if (microseconds !== this.lastUs) {
-      this.lastUs = microseconds;
-      this.lastText = formatTimestampUs(microseconds);
-    }
-    return this.lastText;
-  },
-};
-
-/**
- * The stored bodies of messages `seqs` (null where gone), in that order: one HMGET per run of
- * seqs in one body block (a pull's messages come in runs from few blocks), pipelined when there
- * are several; on Redis Cluster all on the topic's slot. A seq's digits name its block and field
- * (keys.ts).
- */
-async function readBodies(redis: RedisClient, data: TopicKeys, seqs: string[]): Promise<(Buffer | null)[]> {
-  const runs: { block: string; fields: string[] }[] = [];
-  for (const seq of seqs) {
-    const block = seq.slice(0, -BLOCK_FIELD_DIGITS);
-    let run = runs.at(-1);
-    if (run?.block !== block) runs.push((run = { block, fields: [] }));
-    run.fields.push(seq.slice(-BLOCK_FIELD_DIGITS));
-  }
-  // One run (most pulls of a stream): one HMGET, without the cost of an ioredis pipeline.
-  if (runs.length === 1) return redis.hmgetBuffer(data.bodyBlock(runs[0].block), ...runs[0].fields);
-  const pipeline = redis.pipeline();
-  for (const { block, fields } of runs) pipeline.hmgetBuffer(data.bodyBlock(block), ...fields);
-  // exec() answers null only for a transaction whose WATCH failed; this is a plain pipeline.
-  return (await pipeline.exec())!.flatMap(([error, values]) => {
-    if (error) throw error;
-    return values as (Buffer | null)[];
-  });
-}
-
-const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
-
-/** A publish's bodies as they go to Redis: staged (as body block fields) or in the script call. */
-interface PackedPublish {
-  bodies: BulkStrings;
-  staged: boolean;
-}
-
-/**
- * Validates a publish request (reference §3) and packs the message bodies for storage, to be
- * staged when they reach `stageFromBytes`.
- */
-function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: number): PackedPublish {
-  if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
-  if (messages.length > MAX_PUBLISH_MESSAGES) {
-    throw invalidArgument(
-      `The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`,
-    );
-  }
-  const orderingKeys = new Set(messages.map((message) => message.orderingKey ?? ''));
-  if (orderingKeys.size > 1) {
-    throw new ApiError(
-      'FAILED_PRECONDITION',
-      'In a single publish request, all messages must have no ordering key or they must all have the same ordering key.',
-    );
-  }
-  let totalBytes = 0;
-  let storedBytes = 0;
-  const layouts = messages.map((message, index) => {
-    const attributes = message.attributes ?? {};
-    const attributeNames = Object.keys(attributes);
-    const orderingKey = message.orderingKey ?? '';
-    const stored = layoutMessage(message.data ?? '', attributes, orderingKey);
-    if (!stored) throw invalidBase64(index);
-    if (stored.dataBytes === 0 && attributeNames.length === 0) {
-      throw invalidArgument(
-        'One or more messages in the publish request is empty. Each message must contain either non-empty data, or at least one attribute.',
-      );
-    }
-    if (attributeNames.length > MAX_ATTRIBUTES) {
-      throw invalidArgument(
-        `Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`,
-      );
-    }
-    totalBytes += stored.dataBytes;
-    for (const key of attributeNames) {
-      const keyBytes = Buffer.byteLength(key);
-      const valueBytes = Buffer.byteLength(attributes[key]);
-      if (keyBytes === 0 || keyBytes > MAX_ATTRIBUTE_KEY_BYTES) {
-        throw invalidArgument(`Message ${index}: attribute keys must be 1 to ${MAX_ATTRIBUTE_KEY_BYTES} bytes long.`);
-      }
-      if (valueBytes > MAX_ATTRIBUTE_VALUE_BYTES) {
-        throw invalidArgument(
-          `Message ${index}: the value of attribute "${key}" exceeds ${MAX_ATTRIBUTE_VALUE_BYTES} bytes.`,
-        );
-      }
-      if (key.startsWith('goog')) {
-        throw invalidArgument(`Message ${index}: attribute key "${key}" uses the reserved prefix "goog".`);
-      }
-      totalBytes += keyBytes + valueBytes;
-    }
-    if (Buffer.byteLength(orderingKey) > MAX_ORDERING_KEY_BYTES) {
-      throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
-    }
-    totalBytes += Buffer.byteLength(orderingKey);
-    storedBytes += stored.storedBytes;
-    return stored;
-  });
-  if (totalBytes > MAX_PUBLISH_BYTES) {
-    throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
-  }
-  const staged = storedBytes >= stageFromBytes;
-  const packed = packMessages(layouts, { asBlockFields: staged });
-  if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
-  return { bodies: packed, staged };
-}
-
-const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);

@@ -47,3 +47,6 @@ export function parseResourceName(collection: Collection, full: string): Resourc
   }
   return resourceName(collection, match[1], match[3]);
 }
+
+/** The ID of a full resource name: its last segment. */
+export const resourceId = (fullName: string) => fullName.slice(fullName.lastIndexOf('/') + 1);

@@ -1,7 +1,9 @@
 import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../errors.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
-import type { DeliveryService, LeasedMessage, SettleOutcome } from './delivery.ts';
+import type { DeliveryService } from './delivery.ts';
+import type { LeasedMessage } from './pull.ts';
+import type { SettleOutcome } from './settlement.ts';
 import type { ResourceName } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SubscriptionService } from './subscriptions.ts';

@@ -24,7 +24,7 @@
              (Redis hashes every string Lua makes), so the caller reads them with HMGET.
   Invariant: a message is leased to at most one delivery (generation) at a time, and only
              messages whose body is stored are leased. Messages older than the retention are
-             never delivered: the caller acknowledges those instead (src/broker/delivery.ts,
+             never delivered: the caller acknowledges those instead (src/broker/pull.ts,
              pullFrom), which drops them. For each key, at most one
              pull holds outstanding messages, and they are the key's oldest un-acked messages in
              order; an expired lease of a key sends that message and every later outstanding one

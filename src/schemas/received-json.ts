@@ -1,4 +1,4 @@
-import type { ReceivedMessage } from '../broker/delivery.ts';
+import type { ReceivedMessage } from '../broker/pull.ts';
 
 /**
  * The JSON text of a pull answer or a streaming frame that carries messages, written straight

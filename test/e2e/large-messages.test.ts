@@ -3,7 +3,7 @@
 // does not fit stays available, in order.
 
 import t from 'tap';
-import { MAX_PULL_BYTES } from '../../src/broker/delivery.ts';
+import { MAX_PULL_BYTES } from '../../src/broker/pull.ts';
 import { startBroker } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
 

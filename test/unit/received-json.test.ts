@@ -3,7 +3,7 @@
 // exactly what JSON.stringify of the same answer gives, and it is pure ASCII.
 
 import t from 'tap';
-import type { ReceivedMessage } from '../../src/broker/delivery.ts';
+import type { ReceivedMessage } from '../../src/broker/pull.ts';
 import { asciiJson, receivedMessagesJson } from '../../src/schemas/received-json.ts';
 import { randomFromEnv } from '../helpers/random.ts';
 

@@ -1,0 +1,91 @@
+import { ApiError, invalidArgument } from '../errors.ts';
+import { BulkStrings } from '../redis/binary-command.ts';
+import { SEQS_PER_BLOCK } from '../redis/keys.ts';
+import type { PubsubMessageBody } from '../schemas/messages.ts';
+import { layoutMessage, packMessages } from './message-codec.ts';
+
+export const MAX_PUBLISH_MESSAGES = 1000;
+// A publish's seqs lie in one block of sequence numbers (keys.ts): its messages must fit in it.
+if (MAX_PUBLISH_MESSAGES > SEQS_PER_BLOCK) throw new Error('a publish must fit in one block of sequence numbers');
+export const MAX_PUBLISH_BYTES = 10_000_000;
+const MAX_ATTRIBUTES = 100;
+const MAX_ATTRIBUTE_KEY_BYTES = 256;
+const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
+const MAX_ORDERING_KEY_BYTES = 1024;
+
+/** A publish's bodies as they go to Redis: staged (as body block fields) or in the script call. */
+export interface PackedPublish {
+  bodies: BulkStrings;
+  staged: boolean;
+}
+
+/**
+ * Validates a publish request (its limits are Pub/Sub's: https://cloud.google.com/pubsub/quotas)
+ * and packs the message bodies for storage, to be staged when they reach `stageFromBytes`.
+ */
+export function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: number): PackedPublish {
+  if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
+  if (messages.length > MAX_PUBLISH_MESSAGES) {
+    throw invalidArgument(
+      `The publish request has ${messages.length} messages; at most ${MAX_PUBLISH_MESSAGES} are allowed.`,
+    );
+  }
+  const orderingKeys = new Set(messages.map((message) => message.orderingKey ?? ''));
+  if (orderingKeys.size > 1) {
+    throw new ApiError(
+      'FAILED_PRECONDITION',
+      'In a single publish request, all messages must have no ordering key or they must all have the same ordering key.',
+    );
+  }
+  let totalBytes = 0;
+  let storedBytes = 0;
+  const layouts = messages.map((message, index) => {
+    const attributes = message.attributes ?? {};
+    const attributeNames = Object.keys(attributes);
+    const orderingKey = message.orderingKey ?? '';
+    const stored = layoutMessage(message.data ?? '', attributes, orderingKey);
+    if (!stored) throw invalidBase64(index);
+    if (stored.dataBytes === 0 && attributeNames.length === 0) {
+      throw invalidArgument(
+        'One or more messages in the publish request is empty. Each message must contain either non-empty data, or at least one attribute.',
+      );
+    }
+    if (attributeNames.length > MAX_ATTRIBUTES) {
+      throw invalidArgument(
+        `Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`,
+      );
+    }
+    totalBytes += stored.dataBytes;
+    for (const key of attributeNames) {
+      const keyBytes = Buffer.byteLength(key);
+      const valueBytes = Buffer.byteLength(attributes[key]);
+      if (keyBytes === 0 || keyBytes > MAX_ATTRIBUTE_KEY_BYTES) {
+        throw invalidArgument(`Message ${index}: attribute keys must be 1 to ${MAX_ATTRIBUTE_KEY_BYTES} bytes long.`);
+      }
+      if (valueBytes > MAX_ATTRIBUTE_VALUE_BYTES) {
+        throw invalidArgument(
+          `Message ${index}: the value of attribute "${key}" exceeds ${MAX_ATTRIBUTE_VALUE_BYTES} bytes.`,
+        );
+      }
+      if (key.startsWith('goog')) {
+        throw invalidArgument(`Message ${index}: attribute key "${key}" uses the reserved prefix "goog".`);
+      }
+      totalBytes += keyBytes + valueBytes;
+    }
+    if (Buffer.byteLength(orderingKey) > MAX_ORDERING_KEY_BYTES) {
+      throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
+    }
+    totalBytes += Buffer.byteLength(orderingKey);
+    storedBytes += stored.storedBytes;
+    return stored;
+  });
+  if (totalBytes > MAX_PUBLISH_BYTES) {
+    throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
+  }
+  const staged = storedBytes >= stageFromBytes;
+  const packed = packMessages(layouts, { asBlockFields: staged });
+  if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
+  return { bodies: packed, staged };
+}
+
+const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);

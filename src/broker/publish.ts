@@ -1,0 +1,132 @@
+import { randomUUID } from 'node:crypto';
+import { notFound, unavailable } from '../errors.ts';
+import { publish } from '../redis/calls/publish.ts';
+import type { PubsubMessageBody } from '../schemas/messages.ts';
+import type { ClockReading } from './clock.ts';
+import { stampMessages } from './message-codec.ts';
+import { messageId } from './message-ids.ts';
+import type { ResourceName } from './names.ts';
+import { checkPublishRequest, type PackedPublish } from './publish-request.ts';
+import type { TopicRecord } from './records.ts';
+import type { Region, Regions } from './regions.ts';
+import { RememberedTopics } from './remembered-topics.ts';
+import { storageRegion } from './storage-region.ts';
+import type { TopicService } from './topics.ts';
+
+interface Attachments {
+  version: string;
+  /** Attached subscription uids, and for each whether it orders by key. */
+  subscriptions: { uid: string; ordered: boolean }[];
+}
+
+/**
+ * Publish stamps in a row the script may refuse before the publish fails. A second stamp comes
+ * from the time the refusing script returned, so only a clock stepped again meanwhile, or a call
+ * that waited over 10 s on its way to Redis, is refused twice.
+ */
+const MAX_REFUSED_STAMPS = 3;
+
+/**
+ * Publishing: a publish is checked and packed (publish-request.ts), then stored by one
+ * publish.lua call in one region (this endpoint's, unless the topic's storage policy says
+ * otherwise: storage-region.ts), which appends it to every attached subscription.
+ */
+export class Publisher {
+  /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
+  private readonly attachments = new Map<string, Attachments>();
+  private readonly rememberedTopics: RememberedTopics;
+
+  constructor(
+    private readonly regions: Regions,
+    private readonly topics: TopicService,
+    /** How long a topic record is reused for publishing, in milliseconds (remembered-topics.ts). */
+    rememberTopicMs: number,
+    /** Publishes whose packed bodies reach this many bytes stage them outside the script. */
+    private readonly stageBodiesFromBytes: number,
+  ) {
+    this.rememberedTopics = new RememberedTopics(!regions.multiRegion, rememberTopicMs);
+  }
+
+  async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
+    const bodies = checkPublishRequest(messages, this.stageBodiesFromBytes);
+    const orderingKey = messages[0].orderingKey ?? '';
+    for (;;) {
+      const remembered = this.rememberedTopics.get(topicName.full);
+      const record = remembered ?? (await this.topics.read(topicName));
+      const messageIds = await this.publishTo(record, bodies, orderingKey);
+      if (messageIds) {
+        if (!remembered) this.rememberedTopics.remember(record);
+        return { messageIds };
+      }
+      // That incarnation was deleted: the name is gone, or now names a new incarnation.
+      this.rememberedTopics.forget(topicName.full);
+      if (!remembered) throw notFound(topicName.id);
+    }
+  }
+
+  /** Stores a publish in the topic incarnation; undefined when the incarnation was deleted. */
+  private async publishTo(
+    record: TopicRecord,
+    { bodies, staged }: PackedPublish,
+    orderingKey: string,
+  ): Promise<string[] | undefined> {
+    const region = storageRegion(this.regions, record, orderingKey);
+    const { ctx } = region;
+    const data = ctx.keys.topicData(record.uid);
+    const wakeChannel = ctx.keys.wakeChannel(record.uid);
+    const cacheKey = `${region.name}/${record.uid}`;
+    const stagingKey = data.staging(randomUUID());
+    let refusal: ClockReading | undefined;
+    for (let refusedStamps = 0; ; ) {
+      const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
+      const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
+      stampMessages(bodies, publishTimeUs);
+      const result = await publish(ctx.scripts, data, {
+        time: ctx.clock.scriptTime(),
+        publishTimeUs,
+        attachVersion: attachments.version,
+        wakeChannel,
+        orderingKey,
+        subscriptions: attachments.subscriptions,
+        bodies,
+        staged,
+        stagingKey,
+      });
+      if (result.kind === 'topic-deleted') return undefined;
+      if (result.kind === 'attachments-changed') {
+        this.attachments.delete(cacheKey);
+        continue;
+      }
+      if (result.kind === 'stamp-refused') {
+        // Stamped from a reading the script's clock disagrees with (Redis's clock was set, or
+        // another shard's clock read it): stamp again from the time this script returned.
+        refusal = ctx.publishClock.observe(result.redisTimeUs);
+        if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
+        throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
+      }
+      if (result.kind === 'staged-bodies-missing')
+        throw unavailable('The publish could not be stored this time; retry it.');
+      ctx.publishClock.observe(result.redisTimeUs);
+      const { firstSeq } = result;
+      return Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i));
+    }
+  }
+
+  private async readAttachments(region: Region, topicUid: string): Promise<Attachments> {
+    const { redis, keys } = region.ctx;
+    const data = keys.topicData(topicUid);
+    const [version, attached] = await Promise.all([
+      redis.hget(data.state, 'attachVersion'),
+      redis.hgetall(data.attached),
+    ]);
+    // Sent in this order on one connection, the set read is at least as new as the version: if
+    // it is newer, publish fails its version check and this is read again, so a stale pair is
+    // never used to publish.
+    const attachments: Attachments = {
+      version: version ?? '0',
+      subscriptions: Object.entries(attached).map(([uid, ordered]) => ({ uid, ordered: ordered === '1' })),
+    };
+    this.attachments.set(`${region.name}/${topicUid}`, attachments);
+    return attachments;
+  }
+}

@@ -1,0 +1,280 @@
+import { ApiError, notFound } from '../errors.ts';
+import { pull } from '../redis/calls/delivery.ts';
+import { withTimeout } from '../timeout.ts';
+import type { AckIdCodec, Delivery } from './ack-id.ts';
+import { readBodies } from './bodies.ts';
+import { formatTimestampUs } from './durations.ts';
+import { unpackMessage } from './message-codec.ts';
+import { messageId } from './message-ids.ts';
+import { resourceId } from './names.ts';
+import type { SubscriptionRecord } from './records.ts';
+import type { Region, Regions } from './regions.ts';
+import type { Settlement } from './settlement.ts';
+import type { Waiter } from './wakeups.ts';
+
+export const MAX_PULL_MESSAGES = 1000;
+/**
+ * Message bytes one pull returns at most (at least one message always goes): 1000 messages of
+ * 10 MB would not fit in Redis's Lua memory, nor in one JSON string.
+ */
+export const MAX_PULL_BYTES = 10_000_000;
+/**
+ * A remote region that answers slower than this is skipped by a pull: a sick region must not
+ * stall pulls through the healthy ones. Whatever its script leased meanwhile is nacked when the
+ * answer comes (nobody saw it, so exactly-once still holds), or else delivered again when the
+ * lease runs out.
+ */
+const REMOTE_PULL_TIMEOUT_MS = 2_000;
+
+export interface ReceivedMessage {
+  ackId: string;
+  message: {
+    /** Raw bytes; base64 on the wire (see received-json.ts). */
+    data?: Buffer;
+    attributes?: Record<string, string>;
+    messageId: string;
+    publishTime: string;
+    orderingKey?: string;
+  };
+}
+
+/**
+ * A message a pull leased, with the delivery it is (streams track ordering keys by region and
+ * sequence). Its ack ID is sealed when first asked for, as the answer is written: made for the
+ * whole batch up front, the ack ID strings outlived young-generation collections (as base64
+ * data did, see received-json.ts).
+ */
+export class LeasedMessage implements ReceivedMessage {
+  // Truly private (#): the codec holds the ack ID secret, and must not show in logs or JSON.
+  readonly #codec: AckIdCodec;
+  #sealed?: string;
+
+  constructor(
+    codec: AckIdCodec,
+    readonly delivery: Delivery,
+    readonly message: ReceivedMessage['message'],
+  ) {
+    this.#codec = codec;
+  }
+
+  get ackId(): string {
+    this.#sealed ??= this.#codec.encode(this.delivery);
+    return this.#sealed;
+  }
+
+  toJSON(): ReceivedMessage {
+    return { ackId: this.ackId, message: this.message };
+  }
+}
+
+/**
+ * Pulls: leases of available messages from every usable region (this one first), for a unary
+ * pull (which long-polls unless told not to) or a stream's next batch.
+ */
+export class Puller {
+  /** Counts pulls, so that every few a remote region is looked at first (see pullOrder). */
+  private pulls = 0;
+  private closing = false;
+
+  constructor(
+    private readonly regions: Regions,
+    private readonly settlement: Settlement,
+    /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
+    private readonly ackIds: () => Promise<AckIdCodec>,
+    /** Upper bound of a long-polling pull, in milliseconds. */
+    private readonly pullWaitMs: number,
+  ) {}
+
+  /** Stops long polls from waiting (graceful shutdown). */
+  close(): void {
+    this.closing = true;
+  }
+
+  /** Leases messages for a unary pull; long-polls unless returnImmediately. */
+  async pull(
+    record: SubscriptionRecord,
+    maxMessages: number,
+    returnImmediately: boolean,
+    cancelled: AbortSignal,
+  ): Promise<ReceivedMessage[]> {
+    const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
+    const giveUpAt = Date.now() + (returnImmediately ? 0 : this.pullWaitMs);
+    for (;;) {
+      // Without a wake-up channel the pull answers at once; clients pull again.
+      const waiter =
+        returnImmediately || this.closing ? undefined : await this.armWaiter(record).catch(() => undefined);
+      try {
+        const { received, nextDueUs } = await this.pullOnce(record, max);
+        const remainingMs = giveUpAt - Date.now();
+        if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
+          return received;
+        }
+        // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
+        const sleepMs = nextDueUs === undefined ? remainingMs : Math.min(remainingMs, Math.ceil(nextDueUs / 1000) + 1);
+        await new Promise<void>((resolve) => {
+          const stop = () => {
+            clearTimeout(timer);
+            cancelled.removeEventListener('abort', stop);
+            resolve();
+          };
+          const timer = setTimeout(stop, sleepMs);
+          waiter.woken.then(stop);
+          cancelled.addEventListener('abort', stop, { once: true });
+        });
+        if (cancelled.aborted) return [];
+      } finally {
+        waiter?.cancel();
+      }
+    }
+  }
+
+  /**
+   * Leases up to `max` available messages once, without waiting, from every usable region
+   * (see pullOrder). `deadlineSeconds` overrides the subscription's ack deadline (streams
+   * lease with their own streamAckDeadlineSeconds). A remote region that fails is skipped:
+   * its messages wait for it; this region's failure fails the pull.
+   */
+  async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
+    const received: LeasedMessage[] = [];
+    let nextDueUs: number | undefined;
+    let bytesLeft = maxBytes;
+    for (const region of this.pullOrder()) {
+      if (received.length >= max || bytesLeft <= 0) break;
+      const pulling = this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
+      try {
+        const part = region === this.regions.local ? await pulling : await withTimeout(pulling, REMOTE_PULL_TIMEOUT_MS);
+        received.push(...part.received);
+        bytesLeft -= part.bytes;
+        if (part.nextDueUs !== undefined) nextDueUs = Math.min(nextDueUs ?? Infinity, part.nextDueUs);
+      } catch (error) {
+        if (region === this.regions.local || error instanceof ApiError) throw error;
+        this.releaseLate(record, pulling);
+      }
+    }
+    return { received, nextDueUs };
+  }
+
+  /**
+   * A remote pull given up on may still lease messages when its answer comes: nobody got them,
+   * so they are nacked at once instead of waiting for their leases to run out.
+   */
+  private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: ReceivedMessage[] }>): void {
+    pulling
+      .then(({ received }) =>
+        received.length > 0
+          ? this.settlement.modifyDeliveries(
+              record,
+              received.map((m) => m.ackId),
+              0,
+            )
+          : undefined,
+      )
+      .catch(() => {}); // Unanswered or failed: the leases run out by themselves.
+  }
+
+  /**
+   * Arms a wake-up on the subscription's topic in every usable region: it fires on a publish or
+   * nack anywhere, or on a change of one of the topic's subscriptions. Fails if this region's
+   * channel cannot be armed; other regions' failures only cost their wake-ups.
+   */
+  async armWaiter(record: SubscriptionRecord): Promise<Waiter> {
+    const armed = await Promise.allSettled(
+      this.regions.localFirst().map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid))),
+    );
+    const waiters = armed.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+    const local = armed[0];
+    if (local?.status === 'rejected') {
+      for (const waiter of waiters) waiter.cancel();
+      throw local.reason;
+    }
+    if (waiters.length === 1) return waiters[0];
+    return {
+      woken: Promise.race(waiters.map((waiter) => waiter.woken)),
+      cancel: () => {
+        for (const waiter of waiters) waiter.cancel();
+      },
+    };
+  }
+
+  /**
+   * The regions a pull looks in: usable ones, this region first. Every fourth pull starts with
+   * a remote region in turn, so that a busy local backlog never starves the others.
+   */
+  private pullOrder(): Region[] {
+    const order = this.regions.localFirst();
+    if (order.length < 2 || ++this.pulls % 4 !== 0) return order;
+    const remote = order.slice(1);
+    const first = remote[(this.pulls / 4) % remote.length];
+    return [first, ...order.filter((region) => region !== first)];
+  }
+
+  private async pullFrom(
+    region: Region,
+    record: SubscriptionRecord,
+    max: number,
+    deadlineSeconds: number | undefined,
+    maxBytes: number,
+  ) {
+    const { ctx } = region;
+    const data = ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    const leased = await pull(ctx.scripts, data, sub, {
+      time: ctx.clock.scriptTime(),
+      max,
+      leaseUs: deadlineSeconds === undefined ? undefined : deadlineSeconds * 1_000_000,
+      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+      maxBytes,
+    });
+    // Not attached in this region: its topic was deleted there before the subscription came.
+    if (leased.kind === 'no-subscription') {
+      if (region === this.regions.local || !this.regions.multiRegion) throw notFound(resourceId(record.name));
+      return { received: [], bytes: 0, nextDueUs: undefined };
+    }
+    const { nextDueUs, oldestKeptUs, seqs, generations } = leased;
+    if (seqs.length === 0) return { received: [], bytes: 0, nextDueUs };
+    // Read outside the script: Redis copies a body straight into the reply from here.
+    const bodies = await readBodies(ctx.redis, data, seqs);
+    const codec = await this.ackIds();
+    const received: LeasedMessage[] = [];
+    const expired: string[] = [];
+    let bytes = 0;
+    for (let j = 0; j < seqs.length; j++) {
+      const seq = seqs[j];
+      const generation = generations[j];
+      const body = bodies[j];
+      if (!body) continue; // gone (its subscription or topic was deleted meanwhile)
+      const stored = unpackMessage(body);
+      // Older than the subscription's retention: dropped, never delivered (see pull.lua).
+      if (stored.publishTimeUs < oldestKeptUs) {
+        expired.push(`${seq}:${generation}`);
+        continue;
+      }
+      bytes += body.length;
+      const message: ReceivedMessage['message'] = {
+        messageId: messageId(region.name, seq),
+        publishTime: publishTimes.format(stored.publishTimeUs),
+      };
+      if (stored.data.length > 0) message.data = stored.data;
+      if (stored.attributes) message.attributes = stored.attributes;
+      if (stored.orderingKey) message.orderingKey = stored.orderingKey;
+      received.push(
+        new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message),
+      );
+    }
+    if (expired.length > 0) await this.settlement.acknowledgeMembers(region, record, expired);
+    return { received, bytes, nextDueUs };
+  }
+}
+
+/** Messages of one publish share a publish time: format it once, not once per message. */
+const publishTimes = {
+  lastUs: -1,
+  lastText: '',
+  format(microseconds: number): string {
+    if (microseconds !== this.lastUs) {
+      this.lastUs = microseconds;
+      this.lastText = formatTimestampUs(microseconds);
+    }
+    return this.lastText;
+  },
+};

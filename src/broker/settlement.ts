@@ -1,0 +1,126 @@
+import { type AckFailureCode, exactlyOnceAckFailure, invalidArgument, notFound, unavailable } from '../errors.ts';
+import {
+  acknowledge,
+  acknowledgeOrdered,
+  type DeliveryOutcome,
+  modifyAckDeadline,
+  type SettleResult,
+} from '../redis/calls/delivery.ts';
+import type { AckIdCodec, Delivery } from './ack-id.ts';
+import { resourceId } from './names.ts';
+import type { SubscriptionRecord } from './records.ts';
+import type { Region, Regions } from './regions.ts';
+
+/** Per-ack-ID results. `failures` is only ever filled on exactly-once subscriptions. */
+export interface SettleOutcome {
+  /** Ack IDs whose delivery the request changed (on other subscriptions: all well-formed ones). */
+  applied: string[];
+  failures: Map<string, AckFailureCode>;
+}
+
+export function throwFailures(outcome: SettleOutcome): void {
+  if (outcome.failures.size > 0) throw exactlyOnceAckFailure(outcome.failures);
+}
+
+/**
+ * Settlement: acknowledgements and deadline changes (0 = nack) of leased messages, whether they
+ * come from a unary request or a stream. An ack goes to the region its ack ID names.
+ */
+export class Settlement {
+  constructor(
+    private readonly regions: Regions,
+    /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
+    private readonly ackIds: () => Promise<AckIdCodec>,
+  ) {}
+
+  /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
+  acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
+    return this.settle(record, ackIds, (region, members) => this.acknowledgeMembers(region, record, members));
+  }
+
+  /**
+   * Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"): also how
+   * a pull drops messages past the retention.
+   */
+  acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<SettleResult> {
+    const data = ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    const time = ctx.clock.scriptTime();
+    return record.enableMessageOrdering
+      ? acknowledgeOrdered(ctx.scripts, data, sub, {
+          time,
+          wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+          members,
+        })
+      : acknowledge(ctx.scripts, data, sub, { time, members });
+  }
+
+  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
+  modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
+    return this.settle(record, ackIds, ({ ctx }, members) => {
+      const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
+      return modifyAckDeadline(ctx.scripts, sub, {
+        time: ctx.clock.scriptTime(),
+        seconds,
+        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+        members,
+      });
+    });
+  }
+
+  /**
+   * Decodes ack IDs and runs one script per region over its distinct deliveries.
+   * Exactly-once subscriptions get a per-ack-ID result: malformed, stale and expired IDs fail,
+   * the valid ones still take effect, and a region that cannot be reached is a transient
+   * failure of its IDs. Others ignore stale IDs, but a malformed ID refuses the whole request
+   * before anything changes, and an unreachable region fails it after the others are applied.
+   */
+  private async settle(
+    record: SubscriptionRecord,
+    ackIds: string[],
+    apply: (region: Region, members: string[]) => Promise<SettleResult>,
+  ): Promise<SettleOutcome> {
+    const exactlyOnce = record.enableExactlyOnceDelivery === true;
+    const codec = await this.ackIds();
+    const outcome: SettleOutcome = { applied: [], failures: new Map() };
+    const byRegion = new Map<Region, Map<string, string>>();
+    for (const ackId of ackIds) {
+      const delivery = codec.decode(ackId);
+      const region = delivery?.subscriptionUid === record.uid ? this.regions.byName(delivery.region) : undefined;
+      if (delivery && region) {
+        const memberOf = byRegion.get(region) ?? new Map<string, string>();
+        byRegion.set(region, memberOf.set(ackId, leaseMember(delivery)));
+      } else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${record.name}.`);
+    }
+    let regionFailure: unknown;
+    for (const [region, memberOf] of byRegion) {
+      const members = [...new Set(memberOf.values())];
+      let settled: SettleResult;
+      try {
+        if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
+        settled = await apply(region, members);
+      } catch (error) {
+        if (!exactlyOnce) regionFailure ??= error;
+        else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
+        continue;
+      }
+      let results: DeliveryOutcome[];
+      if (settled.kind === 'no-subscription') {
+        if (region === this.regions.local || !this.regions.multiRegion) throw notFound(resourceId(record.name));
+        results = members.map((): DeliveryOutcome => 'gone');
+      } else results = settled.outcomes;
+      const resultOf = new Map(members.map((member, i) => [member, results[i]]));
+      for (const [ackId, member] of memberOf) {
+        const result = resultOf.get(member);
+        if (result === 'applied' || (!exactlyOnce && result !== 'out-of-order')) outcome.applied.push(ackId);
+        else if (result === 'out-of-order') outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+        else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      }
+    }
+    if (regionFailure) throw regionFailure;
+    return outcome;
+  }
+}
+
+const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
