@@ -4,7 +4,7 @@ import { refusedByJsonParse } from '../src/json-body.ts';
 import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { parseBody } from '../src/schemas/common.ts';
-import { publishBodySchema } from '../src/schemas/messages.ts';
+import { decodePublishMessages, publishBodySchema } from '../src/schemas/messages.ts';
 import { topicBodySchema, updateTopicBodySchema } from '../src/schemas/topics.ts';
 import { parseUpdateMask } from '../src/schemas/update-mask.ts';
 import { httpCaller } from './caller.ts';
@@ -52,7 +52,7 @@ export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions
       try {
         const name = topicName(request.params);
         const body = parseBody(publishBodySchema, request.body, 'publish request');
-        return await broker.delivery.publish(caller(), name, body);
+        return await broker.delivery.publish(caller(), name, { messages: decodePublishMessages(body.messages) });
       } catch (error) {
         // A large body's data strings were not searched for raw control characters (json-body.ts):
         // every one that decoded had none, so only a failed publish can be such a body.

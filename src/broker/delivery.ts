@@ -3,8 +3,8 @@ import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
 import type { ResourceName } from './names.ts';
 import { Publisher } from './publish.ts';
+import type { PubsubMessage } from './publish-request.ts';
 import { Puller, type ReceivedMessage } from './pull.ts';
-import type { PubsubMessageBody } from '../schemas/messages.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
 import { type SettleOutcome, Settlement, throwFailures } from './settlement.ts';
@@ -24,7 +24,7 @@ export interface DeliveryOptions {
 }
 
 export interface PublishRequest {
-  messages: PubsubMessageBody[];
+  messages: PubsubMessage[];
 }
 
 export interface PullRequest {

@@ -1,7 +1,6 @@
 import { ApiError, invalidArgument } from '../errors.ts';
-import { BulkStrings } from '../redis/binary-command.ts';
+import type { BulkStrings } from '../redis/binary-command.ts';
 import { SEQS_PER_BLOCK } from '../redis/keys.ts';
-import type { PubsubMessageBody } from '../schemas/messages.ts';
 import { layoutMessage, packMessages } from './message-codec.ts';
 
 export const MAX_PUBLISH_MESSAGES = 1000;
@@ -13,6 +12,13 @@ const MAX_ATTRIBUTE_KEY_BYTES = 256;
 const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
 const MAX_ORDERING_KEY_BYTES = 1024;
 
+/** A message to publish, as a front end decoded it. */
+export interface PubsubMessage {
+  data: Buffer;
+  attributes?: Record<string, string>;
+  orderingKey?: string;
+}
+
 /** A publish's bodies as they go to Redis: staged (as body block fields) or in the script call. */
 export interface PackedPublish {
   bodies: BulkStrings;
@@ -23,7 +29,7 @@ export interface PackedPublish {
  * Validates a publish request (its limits are Pub/Sub's: https://cloud.google.com/pubsub/quotas)
  * and packs the message bodies for storage, to be staged when they reach `stageFromBytes`.
  */
-export function checkPublishRequest(messages: PubsubMessageBody[], stageFromBytes: number): PackedPublish {
+export function checkPublishRequest(messages: PubsubMessage[], stageFromBytes: number): PackedPublish {
   if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
   if (messages.length > MAX_PUBLISH_MESSAGES) {
     throw invalidArgument(
@@ -43,9 +49,8 @@ export function checkPublishRequest(messages: PubsubMessageBody[], stageFromByte
     const attributes = message.attributes ?? {};
     const attributeNames = Object.keys(attributes);
     const orderingKey = message.orderingKey ?? '';
-    const stored = layoutMessage(message.data ?? '', attributes, orderingKey);
-    if (!stored) throw invalidBase64(index);
-    if (stored.dataBytes === 0 && attributeNames.length === 0) {
+    const stored = layoutMessage(message.data, attributes, orderingKey);
+    if (message.data.length === 0 && attributeNames.length === 0) {
       throw invalidArgument(
         'One or more messages in the publish request is empty. Each message must contain either non-empty data, or at least one attribute.',
       );
@@ -55,7 +60,7 @@ export function checkPublishRequest(messages: PubsubMessageBody[], stageFromByte
         `Message ${index} has ${attributeNames.length} attributes; at most ${MAX_ATTRIBUTES} are allowed.`,
       );
     }
-    totalBytes += stored.dataBytes;
+    totalBytes += message.data.length;
     for (const key of attributeNames) {
       const keyBytes = Buffer.byteLength(key);
       const valueBytes = Buffer.byteLength(attributes[key]);
@@ -83,9 +88,5 @@ export function checkPublishRequest(messages: PubsubMessageBody[], stageFromByte
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
   const staged = storedBytes >= stageFromBytes;
-  const packed = packMessages(layouts, { asBlockFields: staged });
-  if (!(packed instanceof BulkStrings)) throw invalidBase64(packed.invalidData);
-  return { bodies: packed, staged };
+  return { bodies: packMessages(layouts, { asBlockFields: staged }), staged };
 }
-
-const invalidBase64 = (index: number) => invalidArgument(`Message ${index}: "data" is not valid base64.`);

@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { notFound, unavailable } from '../errors.ts';
 import { publish } from '../redis/calls/publish.ts';
-import type { PubsubMessageBody } from '../schemas/messages.ts';
 import type { ClockReading } from './clock.ts';
 import { stampMessages } from './message-codec.ts';
 import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
-import { checkPublishRequest, type PackedPublish } from './publish-request.ts';
+import { checkPublishRequest, type PackedPublish, type PubsubMessage } from './publish-request.ts';
 import type { TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import { RememberedTopics } from './remembered-topics.ts';
@@ -47,7 +46,7 @@ export class Publisher {
     this.rememberedTopics = new RememberedTopics(!regions.multiRegion, rememberTopicMs);
   }
 
-  async publish(topicName: ResourceName, messages: PubsubMessageBody[]): Promise<{ messageIds: string[] }> {
+  async publish(topicName: ResourceName, messages: PubsubMessage[]): Promise<{ messageIds: string[] }> {
     const bodies = checkPublishRequest(messages, this.stageBodiesFromBytes);
     const orderingKey = messages[0].orderingKey ?? '';
     for (;;) {

@@ -1,4 +1,7 @@
 import { z } from 'zod';
+import type { PubsubMessage } from '../broker/publish-request.ts';
+import { invalidArgument } from '../errors.ts';
+import { decodeMessageData } from './message-data.ts';
 
 export const pubsubMessageSchema = z.strictObject({
   data: z.string().optional(),
@@ -8,8 +11,14 @@ export const pubsubMessageSchema = z.strictObject({
   messageId: z.string().optional(),
   publishTime: z.string().optional(),
 });
-export type PubsubMessageBody = z.infer<typeof pubsubMessageSchema>;
 
 export const publishBodySchema = z.strictObject({
   messages: z.array(pubsubMessageSchema, 'messages must be a list'),
 });
+
+/** The messages of a publish body (publishBodySchema), their data decoded from base64. */
+export function decodePublishMessages(messages: z.infer<typeof pubsubMessageSchema>[]): PubsubMessage[] {
+  const data = decodeMessageData(messages.map((message) => message.data));
+  if (!Array.isArray(data)) throw invalidArgument(`Message ${data.invalidData}: "data" is not valid base64.`);
+  return messages.map(({ attributes, orderingKey }, i) => ({ data: data[i], attributes, orderingKey }));
+}

@@ -3,10 +3,9 @@
 
 import { parseResourceName } from '../../src/broker/names.ts';
 import { layoutMessage, packMessages, stampMessages } from '../../src/broker/message-codec.ts';
-import type { BulkStrings } from '../../src/redis/binary-command.ts';
 import { publish, type PublishResult } from '../../src/redis/calls/publish.ts';
 import type { Scripts } from '../../src/redis/scripts.ts';
-import { b64, type TestBroker } from './app.ts';
+import type { TestBroker } from './app.ts';
 
 /** A topic of project p as the broker stores it: its context, record and data-plane keys. */
 export async function topicData(broker: TestBroker, topicId: string) {
@@ -44,7 +43,7 @@ export async function callPublishScript(
   const { ctx, record, data } = topic;
   const [uid] = Object.keys(await ctx.redis.hgetall(data.attached));
   const attachVersion = options.attachVersion ?? (await ctx.redis.hget(data.state, 'attachVersion')) ?? '0';
-  const packed = packMessages([layoutMessage(b64(options.text))!], { asBlockFields: options.staged }) as BulkStrings;
+  const packed = packMessages([layoutMessage(Buffer.from(options.text))], { asBlockFields: options.staged });
   stampMessages(packed, options.stampUs);
   const scripts = options.count === undefined ? ctx.scripts : miscounting(ctx.scripts, options.count);
   const result = await publish(scripts, data, {
