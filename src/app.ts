@@ -101,8 +101,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, ctx.redis);
     // An outage answers every request with UNAVAILABLE: one line each, not a stack trace each.
+    // UNIMPLEMENTED is the answer to what the client asked for, not a failure of the broker.
     if (apiError.status === 'UNAVAILABLE') request.log.warn(`request failed: ${apiError.message}`);
-    else if (apiError.httpStatus >= 500) request.log.error({ err: error }, 'request failed');
+    else if (apiError.httpStatus >= 500 && apiError.status !== 'UNIMPLEMENTED') {
+      request.log.error({ err: error }, 'request failed');
+    }
     return reply.code(apiError.httpStatus).send(apiError.toEnvelope());
   });
   app.setNotFoundHandler((request, reply) => {
