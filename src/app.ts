@@ -1,5 +1,6 @@
 import websocket from '@fastify/websocket';
 import Fastify, {
+  type ConnectionError,
   type FastifyError,
   type FastifyInstance,
   type FastifyRequest,
@@ -7,6 +8,8 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import { isAscii } from 'node:buffer';
+import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
@@ -71,6 +74,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       reply.raw.writeHead(apiError.httpStatus, { 'content-type': 'application/json; charset=utf-8' });
       reply.raw.end(JSON.stringify(apiError.toEnvelope()));
     },
+    clientErrorHandler: refuseUnparsableRequest,
   });
   const ownBroker = !options.broker;
   const broker =
@@ -97,8 +101,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, ctx.redis);
     // An outage answers every request with UNAVAILABLE: one line each, not a stack trace each.
+    // UNIMPLEMENTED is the answer to what the client asked for, not a failure of the broker.
     if (apiError.status === 'UNAVAILABLE') request.log.warn(`request failed: ${apiError.message}`);
-    else if (apiError.httpStatus >= 500) request.log.error({ err: error }, 'request failed');
+    else if (apiError.httpStatus >= 500 && apiError.status !== 'UNIMPLEMENTED') {
+      request.log.error({ err: error }, 'request failed');
+    }
     return reply.code(apiError.httpStatus).send(apiError.toEnvelope());
   });
   app.setNotFoundHandler((request, reply) => {
@@ -181,6 +188,61 @@ function acceptJsonBodies(app: FastifyInstance): void {
   });
 }
 
+/**
+ * Answers a request that Node's HTTP parser refuses (unknown method, broken framing, a raw
+ * non-ASCII byte in the path, oversized headers) with the Google error envelope, as every other
+ * error is answered, then drops the connection: after a framing error nothing more on it can be
+ * read. Fastify calls it bound to the app.
+ */
+function refuseUnparsableRequest(this: FastifyInstance, error: ConnectionError, socket: Socket): void {
+  // A connection the client reset has nobody left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  this.log.debug({ err: error }, 'unparsable HTTP request refused');
+  // As Node's own answer does, nothing is written once a response on this connection has begun
+  // (a pipelined request after it): the bytes would land inside that response.
+  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
+  if (socket.writable && !inFlight?.headersSent) {
+    const apiError = unparsableRequestError(error);
+    const body = JSON.stringify(apiError.toEnvelope());
+    socket.write(
+      `HTTP/1.1 ${apiError.httpStatus} ${STATUS_CODES[apiError.httpStatus]}\r\n` +
+        'Content-Type: application/json; charset=utf-8\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        `Connection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
+}
+
+/**
+ * The HTTP status Node itself answers each parser error with (431, 413, 408, else 400), with a
+ * canonical status beside it. The canonical mapping has no 431 or 413: those go with
+ * INVALID_ARGUMENT rather than RESOURCE_EXHAUSTED (429), which means a quota or a resource that
+ * ran out, and which the official clients retry (Publish and StreamingPull do); a request too
+ * large fails the same way every time, and Pub/Sub answers an oversized publish with
+ * INVALID_ARGUMENT too. A request not received in time is DEADLINE_EXCEEDED, answered with 408.
+ */
+function unparsableRequestError(error: ConnectionError): ApiError {
+  switch (error.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return new ApiError(
+        'INVALID_ARGUMENT',
+        `Request header fields too large: the request line and headers may hold at most ${maxHeaderSize} bytes.`,
+        undefined,
+        431,
+      );
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return new ApiError('INVALID_ARGUMENT', 'Request chunk extensions too large.', undefined, 413);
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new ApiError('DEADLINE_EXCEEDED', 'The request was not received in time.', undefined, 408);
+    default: {
+      // llhttp's reason ("Invalid method encountered") names what is wrong with the request itself.
+      const reason = (error as ConnectionError & { reason?: unknown }).reason;
+      return invalidArgument(`Malformed HTTP request${typeof reason === 'string' ? `: ${reason}` : ''}.`);
+    }
+  }
+}
+
 const TRANSIENT_REDIS_ERROR =
   /Connection is closed|Stream isn't writeable|Command timed out|ECONNREFUSED|ECONNRESET|EPIPE|LOADING|BUSY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|None of startup nodes|Failed to refresh slots cache|Reached the max retries/;
 
@@ -193,6 +255,12 @@ export function toApiError(error: unknown, redis: RedisClient): ApiError {
   }
   if (fastifyError.code?.startsWith('FST_ERR_CTP') || fastifyError.code === 'FST_ERR_VALIDATION') {
     return invalidArgument(fastifyError.message);
+  }
+  // Node's error for a body whose connection closed before all of it arrived: the client left,
+  // or its connection was dropped for broken framing (refuseUnparsableRequest). Nobody is there
+  // to read an answer, and nothing went wrong in the broker.
+  if (fastifyError.code === 'ECONNRESET' && fastifyError.message === 'aborted') {
+    return new ApiError('CANCELLED', 'The connection closed before the request was read.');
   }
   const message = error instanceof Error ? `${error.name} ${error.message}` : String(error);
   if (redis.status !== 'ready' || TRANSIENT_REDIS_ERROR.test(message)) return unavailable();

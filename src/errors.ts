@@ -60,15 +60,23 @@ export interface ErrorEnvelope {
 export class ApiError extends Error {
   readonly status: CanonicalStatus;
   readonly details?: ErrorInfoDetail[];
+  /**
+   * The canonical HTTP code of `status`, unless the request is refused by the HTTP layer with a
+   * more precise one that the canonical mapping lacks (431, 413, 408): see refuseUnparsableRequest
+   * in app.ts.
+   */
+  readonly httpStatus: number;
 
-  constructor(status: CanonicalStatus, message: string, details?: ErrorInfoDetail[]) {
+  constructor(
+    status: CanonicalStatus,
+    message: string,
+    details?: ErrorInfoDetail[],
+    httpStatus: number = CANONICAL_HTTP_STATUS[status],
+  ) {
     super(message);
     this.status = status;
     this.details = details;
-  }
-
-  get httpStatus(): number {
-    return CANONICAL_HTTP_STATUS[this.status];
+    this.httpStatus = httpStatus;
   }
 
   toEnvelope(): ErrorEnvelope {

@@ -72,7 +72,8 @@ export function checkPublishRequest(messages: PubsubMessage[], stageFromBytes: n
           `Message ${index}: the value of attribute "${key}" exceeds ${MAX_ATTRIBUTE_VALUE_BYTES} bytes.`,
         );
       }
-      if (key.startsWith('goog')) {
+      // Reserved in any case; the official clients' OpenTelemetry tracing sets googclient_traceparent.
+      if (/^goog/i.test(key) && key !== 'googclient_traceparent') {
         throw invalidArgument(`Message ${index}: attribute key "${key}" uses the reserved prefix "goog".`);
       }
       totalBytes += keyBytes + valueBytes;

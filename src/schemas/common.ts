@@ -11,17 +11,29 @@ import type { FieldTable, WireOf } from '../broker/fields.ts';
 const MAP_FIELDS = new Set(['labels', 'attributes', 'tags']);
 
 /**
- * proto3 JSON parsers accept snake_case field names too; normalise them to lowerCamelCase.
- * `spelled` records how the client wrote each renamed field, for error messages.
+ * Levels of JSON arrays and objects a request body or streaming frame may nest (the body itself
+ * is level 1). JSON.parse takes any depth, but a walk over the parsed value by recursion would
+ * overflow the stack some thousands of levels down; no Pub/Sub request comes near 10 levels.
  */
-export function camelCaseFields(value: unknown, spelled = new Map<string, string>()): unknown {
-  if (Array.isArray(value)) return value.map((item) => camelCaseFields(item, spelled));
+const MAX_JSON_DEPTH = 100;
+
+/**
+ * proto3 JSON parsers accept snake_case field names too; normalise them to lowerCamelCase.
+ * `spelled` records how the client wrote each renamed field, for error messages. This is the
+ * one walk over a whole body (zod stops where its schemas stop, at `z.unknown()` and at the map
+ * fields skipped here), so this is where a body nested deeper than MAX_JSON_DEPTH is refused.
+ */
+export function camelCaseFields(value: unknown, spelled = new Map<string, string>(), depth = 1): unknown {
   if (value === null || typeof value !== 'object') return value;
+  if (depth > MAX_JSON_DEPTH) {
+    throw invalidArgument(`Invalid JSON payload received. The JSON nesting exceeds ${MAX_JSON_DEPTH} levels.`);
+  }
+  if (Array.isArray(value)) return value.map((item) => camelCaseFields(item, spelled, depth + 1));
   const out: Record<string, unknown> = {};
   for (const [key, child] of Object.entries(value)) {
     const name = key.includes('_') ? key.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase()) : key;
     if (name !== key) spelled.set(name, key);
-    out[name] = MAP_FIELDS.has(name) ? child : camelCaseFields(child, spelled);
+    out[name] = MAP_FIELDS.has(name) ? child : camelCaseFields(child, spelled, depth + 1);
   }
   return out;
 }

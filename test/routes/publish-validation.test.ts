@@ -131,6 +131,20 @@ for (const target of redisTargets()) {
           { messages: [{ data: b64('x'), attributes: { goog: 'v' } }] },
           msg0('attribute key "goog" uses the reserved prefix "goog".'),
         ],
+        // The prefix is reserved in any case.
+        ...['GOOGfoo', 'Goog-x', 'gOoG', 'GOOGCLIENT_TRACEPARENT'].map((key): [string, unknown, unknown] => [
+          `attribute key ${key}`,
+          { messages: [{ data: b64('x'), attributes: { [key]: 'v' } }] },
+          msg0(`attribute key "${key}" uses the reserved prefix "goog".`),
+        ]),
+        // Only the tracing attribute of the official clients is let through, not its neighbours.
+        ...['googclient_tracestate', 'googclient_traceparentx', 'googclient_'].map(
+          (key): [string, unknown, unknown] => [
+            `attribute key ${key}`,
+            { messages: [{ attributes: { googclient_traceparent: 'ok', [key]: 'v' } }] },
+            msg0(`attribute key "${key}" uses the reserved prefix "goog".`),
+          ],
+        ),
         [
           'attribute value not a string',
           { messages: [{ attributes: { n: 1 } }] },
@@ -229,8 +243,26 @@ for (const target of redisTargets()) {
         ['empty attribute value', [{ attributes: { k: '' } }], [{ attributes: { k: '' } }]],
         [
           'attribute key containing goog later',
-          [{ attributes: { xgoog: 'v', Goog: 'w' } }],
-          [{ attributes: { xgoog: 'v', Goog: 'w' } }],
+          [{ attributes: { xgoog: 'v', xGOOG: 'w', gog: 'x' } }],
+          [{ attributes: { xgoog: 'v', xGOOG: 'w', gog: 'x' } }],
+        ],
+        [
+          // What the official clients' OpenTelemetry tracing adds to every message it publishes.
+          'the tracing attribute googclient_traceparent',
+          [
+            {
+              data: b64('traced'),
+              attributes: { googclient_traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', k: 'v' },
+            },
+            { attributes: { googclient_traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00' } },
+          ],
+          [
+            {
+              data: b64('traced'),
+              attributes: { googclient_traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', k: 'v' },
+            },
+            { attributes: { googclient_traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00' } },
+          ],
         ],
         [
           'ordering key of 1024 bytes',

@@ -583,6 +583,51 @@ t.test('not exactly-once: ack ID rules on the stream', async (t) => {
   await expectRefusal(t, e, 'INVALID_ARGUMENT', 400, 4003, 'exactly-once length mismatch');
 });
 
+t.test('frames nested deeper than 100 levels of JSON are refused and change nothing', async (t) => {
+  const b = await openBroker(t);
+  await b.topic('topic1');
+  await b.subscription('sub1', 'topic1');
+  const arrays = (levels: number) => `${'['.repeat(levels)}${']'.repeat(levels)}`;
+  const objects = (levels: number) => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
+  const refusedTooDeep = async (client: StreamClient, what: string) => {
+    await expectRefusal(t, client, 'INVALID_ARGUMENT', 400, 4003, what);
+    t.equal(
+      client.frames.at(-1)?.error?.message,
+      'Invalid JSON payload received. The JSON nesting exceeds 100 levels.',
+      `${what}: the error frame says why`,
+    );
+  };
+
+  const opening = await b.open('sub1');
+  opening.send(`{"streamAckDeadlineSeconds":60,"x":${arrays(5000)}}`);
+  await refusedTooDeep(opening, 'a first frame holding 5,000 nested arrays');
+  t.notOk(
+    opening.frames.some((f) => f?.subscriptionProperties),
+    'the stream never started',
+  );
+
+  const client = await b.open('sub1', first('sub1'));
+  await b.publish('topic1', [{ data: b64('deep') }]);
+  const [leased] = await client.takeMessages(1);
+  client.send(`{"ackIds":["${leased.ackId}"],"x":${objects(5000)}}`);
+  await refusedTooDeep(client, 'a later frame acking, with 5,000 nested objects');
+  // Not acked: once nacked, it is delivered again.
+  const nack = await b.api('POST', `/v1/projects/${P}/subscriptions/sub1:modifyAckDeadline`, {
+    ackIds: [leased.ackId],
+    ackDeadlineSeconds: 0,
+  });
+  t.equal(nack.status, 200, 'nack');
+  const pulled = await b.api('POST', `/v1/projects/${P}/subscriptions/sub1:pull`, {
+    maxMessages: 10,
+    returnImmediately: true,
+  });
+  t.equal(
+    pulled.body.receivedMessages?.[0]?.message.messageId,
+    leased.message.messageId,
+    'the refused frame acknowledged nothing',
+  );
+});
+
 t.test('nacks on the stream redeliver, to this or another stream', async (t) => {
   const b = await openBroker(t);
   await b.topic('topic1');

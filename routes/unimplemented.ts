@@ -1,0 +1,64 @@
+import type { FastifyInstance, HTTPMethods } from 'fastify';
+import { ApiError } from '../src/errors.ts';
+import { SUBSCRIPTION_PATH, TOPIC_PATH } from './options.ts';
+
+const PROJECT_PATH = '/v1/projects/:project';
+const SNAPSHOT_PATH = `${PROJECT_PATH}/snapshots/:snapshot([^:/]+)`;
+const SCHEMA_PATH = `${PROJECT_PATH}/schemas/:schema([^:/]+)`;
+
+/** Resources with an IAM policy (the google.iam.v1.IAMPolicy mixin of Pub/Sub). */
+const IAM_RESOURCE_PATHS = [TOPIC_PATH, SUBSCRIPTION_PATH, SNAPSHOT_PATH, SCHEMA_PATH];
+
+/** The Pub/Sub REST methods this broker does not implement yet: [HTTP method, route URL, RPC]. */
+const UNIMPLEMENTED_METHODS: [HTTPMethods, string, string][] = [
+  ['GET', `${TOPIC_PATH}/snapshots`, 'Publisher.ListTopicSnapshots'],
+  ['POST', `${SUBSCRIPTION_PATH}::detach`, 'Publisher.DetachSubscription'],
+  ['POST', `${SUBSCRIPTION_PATH}::modifyPushConfig`, 'Subscriber.ModifyPushConfig'],
+  ['POST', `${SUBSCRIPTION_PATH}::seek`, 'Subscriber.Seek'],
+  ['GET', `${PROJECT_PATH}/snapshots`, 'Subscriber.ListSnapshots'],
+  ['GET', SNAPSHOT_PATH, 'Subscriber.GetSnapshot'],
+  ['PUT', SNAPSHOT_PATH, 'Subscriber.CreateSnapshot'],
+  ['PATCH', SNAPSHOT_PATH, 'Subscriber.UpdateSnapshot'],
+  ['DELETE', SNAPSHOT_PATH, 'Subscriber.DeleteSnapshot'],
+  ['POST', `${PROJECT_PATH}/schemas`, 'SchemaService.CreateSchema'],
+  ['GET', `${PROJECT_PATH}/schemas`, 'SchemaService.ListSchemas'],
+  ['POST', `${PROJECT_PATH}/schemas::validate`, 'SchemaService.ValidateSchema'],
+  ['POST', `${PROJECT_PATH}/schemas::validateMessage`, 'SchemaService.ValidateMessage'],
+  ['GET', SCHEMA_PATH, 'SchemaService.GetSchema'],
+  ['DELETE', SCHEMA_PATH, 'SchemaService.DeleteSchema'],
+  ['GET', `${SCHEMA_PATH}::listRevisions`, 'SchemaService.ListSchemaRevisions'],
+  ['POST', `${SCHEMA_PATH}::commit`, 'SchemaService.CommitSchema'],
+  ['POST', `${SCHEMA_PATH}::rollback`, 'SchemaService.RollbackSchema'],
+  ['DELETE', `${SCHEMA_PATH}::deleteRevision`, 'SchemaService.DeleteSchemaRevision'],
+  ...IAM_RESOURCE_PATHS.flatMap((path): [HTTPMethods, string, string][] => [
+    // Pub/Sub binds GetIamPolicy to GET; the IAM mixin's own binding, which clients may use, is POST.
+    ['GET', `${path}::getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
+    ['POST', `${path}::getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
+    ['POST', `${path}::setIamPolicy`, 'IAMPolicy.SetIamPolicy'],
+    ['POST', `${path}::testIamPermissions`, 'IAMPolicy.TestIamPermissions'],
+  ]),
+];
+
+/** A route URL as Pub/Sub's reference spells the path: `/v1/projects/{project}/topics/{topic}:publish`. */
+function pathTemplate(url: string): string {
+  const [path, verb] = url.split('::');
+  return path.replace(/:(\w+)(\([^)]*\))?/g, '{$1}') + (verb === undefined ? '' : `:${verb}`);
+}
+
+/**
+ * Pub/Sub methods the broker does not implement yet answer 501 UNIMPLEMENTED, naming the method:
+ * without these routes they would answer 404 NOT_FOUND, which official clients report as a
+ * missing topic or subscription.
+ */
+export async function unimplementedRoutes(app: FastifyInstance): Promise<void> {
+  for (const [method, url, rpc] of UNIMPLEMENTED_METHODS) {
+    const message = `The method ${rpc} (${method} ${pathTemplate(url)}) is not implemented by this broker yet.`;
+    app.route({
+      method,
+      url,
+      handler: async () => {
+        throw new ApiError('UNIMPLEMENTED', message);
+      },
+    });
+  }
+}
