@@ -301,6 +301,8 @@ export class StreamingSession {
         if (message === CONFIG_CHANGED) this.configChanged = true;
       });
       try {
+        // Closed while the wake-up was armed: lease nothing more.
+        if (this.closed) break;
         // The record is re-read when an update or delete announces itself (and on heartbeat
         // ticks as a fallback), not before every pull.
         if (this.configChanged) {
