@@ -14,7 +14,8 @@ import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unavailable } from './errors.ts';
-import { LIFT_ABOVE_BYTES, liftDataStrings, putBack } from './json-body.ts';
+import { LIFT_ABOVE_BYTES, liftDataStrings, nestsDeeperThan, putBack } from './json-body.ts';
+import { MAX_JSON_DEPTH, nestedTooDeep } from './schemas/common.ts';
 import type { RedisClient } from './redis/client.ts';
 
 /**
@@ -172,6 +173,7 @@ function acceptJsonBodies(app: FastifyInstance): void {
     const lifts = bytes.length > LIFT_ABOVE_BYTES && request.routeOptions.config.liftsMessageData === true;
     const lifted = lifts ? liftDataStrings(bytes, encoding) : undefined;
     if (lifted) {
+      if (nestsDeeperThan(lifted.skeleton, MAX_JSON_DEPTH)) return done(nestedTooDeep(), undefined);
       // A skeleton's only \u escapes are its placeholders (json-body.ts): the names are enough.
       const parsed = parse(request, lifted.skeleton, namesPoison(lifted.skeleton));
       if (parsed && putBack(parsed.value, lifted.strings)) {
@@ -182,6 +184,10 @@ function acceptJsonBodies(app: FastifyInstance): void {
     const body = bytes.toString(encoding);
     // /\S/ stops at the first character of a JSON body; trim() would copy the whole body first.
     if (!/\S/.test(body)) return done(null, {});
+    // Small bodies parse fast at any depth; their depth is checked as they are read (schemas/common.ts).
+    if (bytes.length > LIFT_ABOVE_BYTES && nestsDeeperThan(body, MAX_JSON_DEPTH)) {
+      return done(nestedTooDeep(), undefined);
+    }
     const parsed = parse(request, body, namesPoison(body) || body.includes('\\u'));
     // Fastify's own error text names application/json whatever was sent, so one neutral message instead.
     return parsed ? done(null, parsed.value) : done(invalidJsonBody(), undefined);

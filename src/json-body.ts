@@ -151,3 +151,26 @@ function placeholderIndex(text: string, count: number): number | undefined {
   const index = Number(digits);
   return index < count ? index : undefined;
 }
+
+const OPEN_BRACKET = 0x5b;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACKET = 0x5d;
+const CLOSE_BRACE = 0x7d;
+
+/**
+ * Whether JSON text nests arrays and objects deeper than `maxDepth`, read without parsing it:
+ * JSON.parse takes seconds over millions of nested arrays (a 16 MiB publish holds 8 million), so
+ * a large body is measured before it is parsed. Brackets inside strings do not count.
+ */
+export function nestsDeeperThan(text: string, maxDepth: number): boolean {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      for (i++; i < text.length && text.charCodeAt(i) !== QUOTE; i++) if (text.charCodeAt(i) === BACKSLASH) i++;
+    } else if (c === OPEN_BRACKET || c === OPEN_BRACE) {
+      if (++depth > maxDepth) return true;
+    } else if (c === CLOSE_BRACKET || c === CLOSE_BRACE) depth--;
+  }
+  return false;
+}

@@ -15,7 +15,10 @@ const MAP_FIELDS = new Set(['labels', 'attributes', 'tags']);
  * is level 1). JSON.parse takes any depth, but a walk over the parsed value by recursion would
  * overflow the stack some thousands of levels down; no Pub/Sub request comes near 10 levels.
  */
-const MAX_JSON_DEPTH = 100;
+export const MAX_JSON_DEPTH = 100;
+
+export const nestedTooDeep = () =>
+  invalidArgument(`Invalid JSON payload received. The JSON nesting exceeds ${MAX_JSON_DEPTH} levels.`);
 
 /**
  * proto3 JSON parsers accept snake_case field names too; normalise them to lowerCamelCase.
@@ -25,9 +28,7 @@ const MAX_JSON_DEPTH = 100;
  */
 export function camelCaseFields(value: unknown, spelled = new Map<string, string>(), depth = 1): unknown {
   if (value === null || typeof value !== 'object') return value;
-  if (depth > MAX_JSON_DEPTH) {
-    throw invalidArgument(`Invalid JSON payload received. The JSON nesting exceeds ${MAX_JSON_DEPTH} levels.`);
-  }
+  if (depth > MAX_JSON_DEPTH) throw nestedTooDeep();
   if (Array.isArray(value)) return value.map((item) => camelCaseFields(item, spelled, depth + 1));
   const out: Record<string, unknown> = {};
   for (const [key, child] of Object.entries(value)) {

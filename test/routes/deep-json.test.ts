@@ -81,6 +81,27 @@ t.test('bodies nested too deep', async (t) => {
     const large = `{"messages":[${many}],"x":${arrays(5000)}}`;
     t.ok(large.length > LIFT_ABOVE_BYTES, 'the large body is lifted');
     t.strictSame(await post(`${T}/deep-topic:publish`, large), { status: 400, body: TOO_DEEP }, 'a large body');
+    // A large body is measured before it is parsed (JSON.parse takes seconds over millions of
+    // levels): one that is too deep and, further on, not JSON at all is refused for its depth.
+    const deepThenBroken = `{"messages":${'['.repeat(2 * LIFT_ABOVE_BYTES)}x`;
+    t.strictSame(
+      await post(`${T}/deep-topic:publish`, deepThenBroken),
+      { status: 400, body: TOO_DEEP },
+      'a large body too deep is not parsed',
+    );
+    t.strictSame(
+      await post(`${T}/deep-topic:publish`, `{"messages":[${many}],"x":${arrays(5000, 'x')}}`),
+      { status: 400, body: TOO_DEEP },
+      'a large lifted body too deep is not parsed',
+    );
+    t.strictSame(
+      await post(
+        `${S}/deep-sub:acknowledge`,
+        `{"ackIds":["${'a'.repeat(LIFT_ABOVE_BYTES)}"],"x":"[[[[${'['.repeat(200)}"}`,
+      ),
+      { status: 400, body: unknownField('x') },
+      'brackets inside strings do not count',
+    );
     await nothingToPull('after the refused publishes');
     checkMessageIds(await api('POST', `${T}/deep-topic:publish`, { messages: [{ data: 'eA==' }] }), 1);
     const pulled = await api('POST', `${S}/deep-sub:pull`, { maxMessages: 10, returnImmediately: true });
