@@ -357,6 +357,7 @@ export class Subscriber {
       return;
     }
     this.emitError(error);
+    if (this.closing) return; // an error listener called close()
     this.setState('reconnecting');
     const base = Math.min(this.maxDelayMs, this.initialDelayMs * 2 ** Math.min(this.attempt, 30));
     this.attempt++;
