@@ -1,6 +1,7 @@
-import { randomId, utf8Decode } from './encoding.ts';
+import { utf8Decode } from './encoding.ts';
 import { HandlerError, PubSubError, type ErrorBody } from './errors.ts';
 import { Message, type WireMessage } from './message.ts';
+import { type SubscriberSettings, subscriberSettings } from './options.ts';
 import type {
   AckResponse,
   SubscribeOptions,
@@ -128,13 +129,7 @@ export class Subscriber {
 
   private readonly ctx: SubscriberContext;
   private readonly handler: MessageHandler;
-  private readonly deadlineSeconds: number;
-  private readonly maxMessages: number;
-  private readonly maxBytes: number;
-  private readonly maxExtensionMs: number;
-  private readonly initialDelayMs: number;
-  private readonly maxDelayMs: number;
-  private readonly closeTimeoutMs: number;
+  private readonly settings: SubscriberSettings;
   private readonly errorListeners = new Set<(error: Error) => void>();
   private readonly stateListeners = new Set<(state: SubscriberState) => void>();
   private resolveClosed!: (error: PubSubError | undefined) => void;
@@ -178,22 +173,12 @@ export class Subscriber {
     this.ctx = ctx;
     this.subscription = ctx.subscription;
     this.handler = handler;
-    this.deadlineSeconds = integerOption('streamAckDeadlineSeconds', options.streamAckDeadlineSeconds ?? 60, 10, 600);
-    this.maxMessages = integerOption('maxOutstandingMessages', options.maxOutstandingMessages ?? 1000, 0);
-    this.maxBytes = integerOption('maxOutstandingBytes', options.maxOutstandingBytes ?? 0, 0);
-    this.maxExtensionMs = 1000 * numberOption('maxExtensionSeconds', options.maxExtensionSeconds ?? 3600, 0);
-    this.initialDelayMs = numberOption('reconnect.initialDelayMs', options.reconnect?.initialDelayMs ?? 100, 1);
-    this.maxDelayMs = numberOption(
-      'reconnect.maxDelayMs',
-      options.reconnect?.maxDelayMs ?? 10_000,
-      this.initialDelayMs,
-    );
-    this.closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs ?? 30_000, 0);
-    this.clientId = options.clientId ?? randomId();
+    this.settings = subscriberSettings(options);
+    this.clientId = this.settings.clientId;
     if (options.onError) this.errorListeners.add(options.onError);
     if (options.onStateChange) this.stateListeners.add(options.onStateChange);
     this.closed = new Promise((resolve) => (this.resolveClosed = resolve));
-    this.leaseTimer = setInterval(() => this.extendLeases(), this.deadlineSeconds * 500);
+    this.leaseTimer = setInterval(() => this.extendLeases(), this.settings.deadlineSeconds * 500);
     this.keepAliveTimer = setInterval(() => this.keepAlive(), KEEP_ALIVE_MS);
     // On the next tick, so that listeners added right after subscribe() see everything.
     this.reconnectTimer = setTimeout(() => this.connect(), 0);
@@ -268,11 +253,11 @@ export class Subscriber {
       if (this.conn !== conn) return;
       const first: Record<string, unknown> = {
         subscription: this.subscription,
-        streamAckDeadlineSeconds: this.deadlineSeconds,
+        streamAckDeadlineSeconds: this.settings.deadlineSeconds,
         clientId: this.clientId,
-        maxOutstandingMessages: this.maxMessages,
+        maxOutstandingMessages: this.settings.maxMessages,
       };
-      if (this.maxBytes > 0) first.maxOutstandingBytes = this.maxBytes;
+      if (this.settings.maxBytes > 0) first.maxOutstandingBytes = this.settings.maxBytes;
       this.send(conn, first);
     });
     ws.addEventListener('message', (event: { data?: unknown }) => {
@@ -359,7 +344,7 @@ export class Subscriber {
     this.emitError(error);
     if (this.closing) return; // an error listener called close()
     this.setState('reconnecting');
-    const base = Math.min(this.maxDelayMs, this.initialDelayMs * 2 ** Math.min(this.attempt, 30));
+    const base = Math.min(this.settings.maxDelayMs, this.settings.initialDelayMs * 2 ** Math.min(this.attempt, 30));
     this.attempt++;
     this.reconnectTimer = setTimeout(() => this.connect(), base / 2 + (Math.random() * base) / 2);
   }
@@ -487,8 +472,10 @@ export class Subscriber {
 
   private hasRoom(): boolean {
     if (this.currentState === 'closing' || this.currentState === 'closed') return false;
-    if (this.maxMessages > 0 && this.outstandingMessages >= this.maxMessages) return false;
-    return this.maxBytes === 0 || this.outstandingBytes < this.maxBytes || this.outstandingMessages === 0;
+    if (this.settings.maxMessages > 0 && this.outstandingMessages >= this.settings.maxMessages) return false;
+    return (
+      this.settings.maxBytes === 0 || this.outstandingBytes < this.settings.maxBytes || this.outstandingMessages === 0
+    );
   }
 
   private run(lease: Lease): void {
@@ -735,13 +722,13 @@ export class Subscriber {
   private extendLeases(): void {
     const now = Date.now();
     // An acked message can only come back within a lease of its last ack attempt.
-    const ackMemoryMs = this.deadlineSeconds * 1000 + 60_000;
+    const ackMemoryMs = this.settings.deadlineSeconds * 1000 + 60_000;
     for (const [messageId, settlement] of this.acked) {
       if (!settlement.queued && now - settlement.sentAt > ackMemoryMs) this.acked.delete(messageId);
     }
     const leases: Lease[] = [];
     for (const lease of this.held.values()) {
-      if (now - lease.receivedAt >= this.maxExtensionMs) this.forget(lease);
+      if (now - lease.receivedAt >= this.settings.maxExtensionMs) this.forget(lease);
       else leases.push(lease);
     }
     this.dispatch();
@@ -753,7 +740,10 @@ export class Subscriber {
       const frame = {
         modifyDeadlineAckIds: chunk.map((lease) => lease.ackId),
         modifyDeadlineSeconds: chunk.map((lease) =>
-          Math.min(this.deadlineSeconds, Math.ceil((lease.receivedAt + this.maxExtensionMs - now) / 1000)),
+          Math.min(
+            this.settings.deadlineSeconds,
+            Math.ceil((lease.receivedAt + this.settings.maxExtensionMs - now) / 1000),
+          ),
         ),
       };
       if (!this.send(conn, frame)) return;
@@ -775,7 +765,7 @@ export class Subscriber {
    */
   private async shutdown(): Promise<void> {
     if (this.currentState === 'closed') return;
-    const deadline = Date.now() + this.closeTimeoutMs;
+    const deadline = Date.now() + this.settings.closeTimeoutMs;
     this.setState('closing');
     if (this.reconnectTimer !== undefined) clearTimeout(this.reconnectTimer);
     this.reconnectTimer = undefined;
@@ -913,21 +903,6 @@ export class Subscriber {
       }
     }
   }
-}
-
-function integerOption(name: string, value: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  if (!Number.isInteger(value) || value < min || value > max) {
-    throw new RangeError(
-      `${name} must be an integer from ${min}${max < Number.MAX_SAFE_INTEGER ? ` to ${max}` : ''}, not ${value}.`,
-    );
-  }
-  return value;
-}
-
-function numberOption(name: string, value: number, min: number): number {
-  if (typeof value !== 'number' || Number.isNaN(value) || value < min)
-    throw new RangeError(`${name} must be a number >= ${min}, not ${value}.`);
-  return value;
 }
 
 function toBytes(data: unknown): Uint8Array {
