@@ -1,18 +1,15 @@
-import { utf8Decode } from './encoding.ts';
-import { HandlerError, PubSubError, type ErrorBody } from './errors.ts';
+import { describe, HandlerError, PubSubError } from './errors.ts';
 import { Message, type WireMessage } from './message.ts';
 import { type SubscriberSettings, subscriberSettings } from './options.ts';
+import { type Confirmation, type ServerFrame, StreamingPull } from './stream.ts';
 import type {
   AckResponse,
   SubscribeOptions,
   SubscriberState,
   SubscriptionProperties,
   WebSocketConstructor,
-  WebSocketLike,
 } from './types.ts';
 
-/** The client sends `{}` this often; a stream that answers nothing in between is considered dead. */
-const KEEP_ALIVE_MS = 30_000;
 /** Ack IDs per frame (an ack ID is under 70 bytes; the broker accepts frames up to 1 MiB). */
 const MAX_IDS_PER_FRAME = 2500;
 /** Acks and nacks made within this many milliseconds are sent together. */
@@ -24,7 +21,6 @@ const ACK_BATCH_MS = 5;
 const RESEND_WINDOW_MS = 15_000;
 /** Transient exactly-once failures (TEMPORARY_FAILURE, UNORDERED) are retried this many times. */
 const MAX_TRANSIENT_RETRIES = 5;
-const WS_OPEN = 1;
 
 /** A handler receives each message once per delivery; it may return a promise. */
 export type MessageHandler = (message: Message) => void | Promise<void>;
@@ -78,38 +74,6 @@ interface SentFrame {
   items: { ackId: string; settlement?: Settlement; lease?: Lease }[];
 }
 
-/** One WebSocket stream. */
-interface Connection {
-  ws: WebSocketLike;
-  /** The broker's first frame arrived. */
-  open: boolean;
-  createdAt: number;
-  lastReceivedAt: number;
-  keepAliveSentAt: number;
-  emptyFrames: number;
-  /** The `{"error": ...}` frame sent just before the broker closed the stream. */
-  error?: ErrorBody;
-  /** Sent and, on exactly-once subscriptions, not confirmed yet; else kept for RESEND_WINDOW_MS. */
-  ackFrames: SentFrame[];
-  /** Nacks and lease extensions, in the order sent (the broker confirms them in this order). */
-  modFrames: SentFrame[];
-}
-
-interface ServerFrame {
-  receivedMessages?: { ackId: string; message: WireMessage }[];
-  subscriptionProperties?: Partial<SubscriptionProperties>;
-  acknowledgeConfirmation?: Confirmation;
-  modifyAckDeadlineConfirmation?: Confirmation;
-  error?: ErrorBody;
-}
-
-interface Confirmation {
-  ackIds?: string[];
-  invalidAckIds?: string[];
-  unorderedAckIds?: string[];
-  temporaryFailedAckIds?: string[];
-}
-
 type Timer = ReturnType<typeof setTimeout>;
 
 /**
@@ -136,8 +100,11 @@ export class Subscriber {
 
   private currentState: SubscriberState = 'connecting';
   private properties?: SubscriptionProperties;
-  private conn?: Connection;
-  private attempt = 0;
+  private readonly stream: StreamingPull;
+  /** Sent on the current stream and, on exactly-once subscriptions, not confirmed yet; else kept for RESEND_WINDOW_MS. */
+  private ackFrames: SentFrame[] = [];
+  /** Nacks and lease extensions, in the order sent (the broker confirms them in this order). */
+  private modFrames: SentFrame[] = [];
   private closing?: Promise<void>;
 
   /** Unsettled deliveries by message ID: their leases are renewed. */
@@ -162,11 +129,9 @@ export class Subscriber {
   private restChain: Promise<void> = Promise.resolve();
 
   private flushTimer?: Timer;
-  private reconnectTimer?: Timer;
   /** Exactly-once settlements waiting to be sent again after a transient failure. */
   private readonly retryTimers = new Map<Timer, Settlement>();
   private readonly leaseTimer: ReturnType<typeof setInterval>;
-  private readonly keepAliveTimer: ReturnType<typeof setInterval>;
 
   /** @internal Use PubSubClient.subscribe(). */
   constructor(ctx: SubscriberContext, handler: MessageHandler, options: SubscribeOptions = {}) {
@@ -178,10 +143,21 @@ export class Subscriber {
     if (options.onError) this.errorListeners.add(options.onError);
     if (options.onStateChange) this.stateListeners.add(options.onStateChange);
     this.closed = new Promise((resolve) => (this.resolveClosed = resolve));
-    this.leaseTimer = setInterval(() => this.extendLeases(), this.settings.deadlineSeconds * 500);
-    this.keepAliveTimer = setInterval(() => this.keepAlive(), KEEP_ALIVE_MS);
-    // On the next tick, so that listeners added right after subscribe() see everything.
-    this.reconnectTimer = setTimeout(() => this.connect(), 0);
+    const { deadlineSeconds, maxMessages, maxBytes } = this.settings;
+    const first: Record<string, unknown> = {
+      subscription: this.subscription,
+      streamAckDeadlineSeconds: deadlineSeconds,
+      clientId: this.clientId,
+      maxOutstandingMessages: maxMessages,
+    };
+    if (maxBytes > 0) first.maxOutstandingBytes = maxBytes;
+    this.stream = new StreamingPull(ctx.streamUrl, ctx.WebSocket, first, this.settings, {
+      frame: (frame, opened) => this.onFrame(frame, opened),
+      ended: (error) => this.onStreamEnded(error),
+      error: (error) => this.emitError(error),
+    });
+    this.leaseTimer = setInterval(() => this.extendLeases(), deadlineSeconds * 500);
+    this.stream.start();
   }
 
   /** The current state (see SubscriberState). */
@@ -225,99 +201,22 @@ export class Subscriber {
 
   // --- streams -------------------------------------------------------------------------------
 
-  private connect(): void {
-    this.reconnectTimer = undefined;
-    if (this.currentState === 'closing' || this.currentState === 'closed') return;
-    let ws: WebSocketLike;
-    try {
-      ws = new this.ctx.WebSocket(this.ctx.streamUrl);
-    } catch (error) {
-      this.fail(
-        new PubSubError('INVALID_ARGUMENT', `Cannot open a WebSocket to ${this.ctx.streamUrl}: ${describe(error)}`),
-      );
-      return;
-    }
-    const now = Date.now();
-    const conn: Connection = {
-      ws,
-      open: false,
-      createdAt: now,
-      lastReceivedAt: now,
-      keepAliveSentAt: 0,
-      emptyFrames: 0,
-      ackFrames: [],
-      modFrames: [],
-    };
-    this.conn = conn;
-    ws.addEventListener('open', () => {
-      if (this.conn !== conn) return;
-      const first: Record<string, unknown> = {
-        subscription: this.subscription,
-        streamAckDeadlineSeconds: this.settings.deadlineSeconds,
-        clientId: this.clientId,
-        maxOutstandingMessages: this.settings.maxMessages,
-      };
-      if (this.settings.maxBytes > 0) first.maxOutstandingBytes = this.settings.maxBytes;
-      this.send(conn, first);
-    });
-    ws.addEventListener('message', (event: { data?: unknown }) => {
-      if (this.conn !== conn) return;
-      try {
-        this.onFrame(conn, event.data);
-      } catch (error) {
-        // Never let a surprise escape into the WebSocket's event loop (in Node: an uncaught exception).
-        this.emitError(
-          new PubSubError('INTERNAL', `A streaming pull frame could not be handled: ${describe(error)}`, {
-            retryable: true,
-          }),
-        );
-      }
-    });
-    ws.addEventListener('close', (event: { code?: number; reason?: string }) => {
-      this.onDisconnect(conn, event.code ?? 1006, event.reason ?? '');
-    });
-    ws.addEventListener('error', () => {
-      // A close event always follows; it decides what happens next.
-    });
-  }
-
-  private onFrame(conn: Connection, data: unknown): void {
-    let frame: ServerFrame;
-    try {
-      const text = typeof data === 'string' ? data : utf8Decode(toBytes(data));
-      frame = JSON.parse(text) as ServerFrame;
-      if (frame === null || typeof frame !== 'object') throw new Error('not an object');
-    } catch {
-      this.emitError(
-        new PubSubError('INTERNAL', 'The broker sent a streaming pull frame that is not a JSON object.', {
-          retryable: true,
-        }),
-      );
-      return;
-    }
-    conn.lastReceivedAt = Date.now();
-    if (frame.error) {
-      conn.error = frame.error;
-      return;
-    }
-    if (frame.subscriptionProperties) this.setProperties(conn, frame.subscriptionProperties);
-    if (!conn.open) this.onOpen(conn);
-    if (frame.acknowledgeConfirmation) this.onConfirmation(conn.ackFrames, frame.acknowledgeConfirmation);
-    if (frame.modifyAckDeadlineConfirmation) this.onConfirmation(conn.modFrames, frame.modifyAckDeadlineConfirmation);
+  private onFrame(frame: ServerFrame, opened: boolean): void {
+    if (frame.subscriptionProperties) this.setProperties(frame.subscriptionProperties);
+    if (opened) this.onOpen();
+    if (frame.acknowledgeConfirmation) this.onConfirmation(this.ackFrames, frame.acknowledgeConfirmation);
+    if (frame.modifyAckDeadlineConfirmation) this.onConfirmation(this.modFrames, frame.modifyAckDeadlineConfirmation);
     if (frame.receivedMessages?.length) this.onMessages(frame.receivedMessages);
-    if (Object.keys(frame).length === 0) conn.emptyFrames++;
   }
 
-  private onOpen(conn: Connection): void {
-    conn.open = true;
-    this.attempt = 0;
+  private onOpen(): void {
     if (this.currentState === 'connecting' || this.currentState === 'reconnecting') this.setState('open');
     // Acks made while disconnected first, then fresh leases for what is held (they may be close to running out).
     this.flushNow();
     this.extendLeases();
   }
 
-  private setProperties(conn: Connection, properties: Partial<SubscriptionProperties>): void {
+  private setProperties(properties: Partial<SubscriptionProperties>): void {
     const wasExactlyOnce = this.properties?.exactlyOnceDeliveryEnabled === true;
     this.properties = {
       exactlyOnceDeliveryEnabled: properties.exactlyOnceDeliveryEnabled === true,
@@ -325,18 +224,16 @@ export class Subscriber {
     };
     // No confirmations come any more: what was sent counts as done.
     if (wasExactlyOnce && !this.properties.exactlyOnceDeliveryEnabled) {
-      for (const frame of [...conn.ackFrames, ...conn.modFrames]) this.settleUnconfirmed(frame);
+      for (const frame of [...this.ackFrames, ...this.modFrames]) this.settleUnconfirmed(frame);
     }
   }
 
-  private onDisconnect(conn: Connection, code: number, reason: string): void {
-    if (this.conn !== conn) return;
-    this.conn = undefined;
+  /** The stream ended: it reconnects by itself after a retryable error, unless closing. */
+  private onStreamEnded(error: PubSubError): void {
     if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
-    this.requeueUnconfirmed(conn);
+    this.requeueUnconfirmed();
     if (this.currentState === 'closing' || this.currentState === 'closed') return;
-    const error = PubSubError.fromClose(code, reason, conn.error);
     if (!error.retryable) {
       this.fail(error);
       return;
@@ -344,41 +241,6 @@ export class Subscriber {
     this.emitError(error);
     if (this.closing) return; // an error listener called close()
     this.setState('reconnecting');
-    const base = Math.min(this.settings.maxDelayMs, this.settings.initialDelayMs * 2 ** Math.min(this.attempt, 30));
-    this.attempt++;
-    this.reconnectTimer = setTimeout(() => this.connect(), base / 2 + (Math.random() * base) / 2);
-  }
-
-  /** Drops a stream that stopped answering; the close handler reconnects. */
-  private drop(conn: Connection, message: string): void {
-    // Detached first, so that the close event of this socket is ignored, whenever it comes.
-    conn.error ??= { status: 'UNAVAILABLE', message };
-    this.onDisconnect(conn, 1006, '');
-    closeSocket(conn.ws, 4000, 'keep-alive timeout');
-  }
-
-  /** Every KEEP_ALIVE_MS: `{}` on an open stream (the broker answers it), or drop a silent one. */
-  private keepAlive(): void {
-    const conn = this.conn;
-    if (!conn) return;
-    const now = Date.now();
-    if (!conn.open) {
-      if (now - conn.createdAt >= KEEP_ALIVE_MS) this.drop(conn, 'The streaming pull did not open within 30 s.');
-    } else if (conn.keepAliveSentAt > 0 && conn.lastReceivedAt < conn.keepAliveSentAt) {
-      this.drop(conn, 'The broker did not answer a keep-alive within 30 s.');
-    } else if (this.send(conn, {})) {
-      conn.keepAliveSentAt = now;
-    }
-  }
-
-  private send(conn: Connection, frame: object): boolean {
-    if (conn.ws.readyState !== WS_OPEN) return false;
-    try {
-      conn.ws.send(JSON.stringify(frame));
-      return true;
-    } catch {
-      return false;
-    }
   }
 
   // --- messages and the handler ---------------------------------------------------------------
@@ -587,7 +449,7 @@ export class Subscriber {
     if (settlement.queued) return;
     settlement.queued = true;
     (settlement.kind === 'ack' ? this.ackQueue : this.nackQueue).push(settlement);
-    if (this.flushTimer === undefined && (this.conn?.open || this.currentState === 'closing')) {
+    if (this.flushTimer === undefined && (this.stream.isOpen || this.currentState === 'closing')) {
       this.flushTimer = setTimeout(() => this.flushNow(), ACK_BATCH_MS);
     }
   }
@@ -604,20 +466,19 @@ export class Subscriber {
       if (batch.length > 0) this.restChain = this.restChain.then(() => this.restSettle(batch));
       return;
     }
-    const conn = this.conn;
-    if (!conn?.open) return;
-    this.sendSettlements(conn, 'ack');
-    this.sendSettlements(conn, 'nack');
+    if (!this.stream.isOpen) return;
+    this.sendSettlements('ack');
+    this.sendSettlements('nack');
   }
 
-  private sendSettlements(conn: Connection, kind: 'ack' | 'nack'): void {
+  private sendSettlements(kind: 'ack' | 'nack'): void {
     const queue = kind === 'ack' ? this.ackQueue : this.nackQueue;
     while (queue.length > 0) {
       const batch = queue.slice(0, MAX_IDS_PER_FRAME);
       const ackIds = batch.map((settlement) => settlement.ackId);
       const frame =
         kind === 'ack' ? { ackIds } : { modifyDeadlineAckIds: ackIds, modifyDeadlineSeconds: ackIds.map(() => 0) };
-      if (!this.send(conn, frame)) return; // still queued; the close handler takes over
+      if (!this.stream.send(frame)) return; // still queued; the close handler takes over
       queue.splice(0, batch.length);
       const now = Date.now();
       const items = batch.map((settlement) => {
@@ -625,7 +486,7 @@ export class Subscriber {
         settlement.sentAt = now;
         return { ackId: settlement.ackId, settlement };
       });
-      (kind === 'ack' ? conn.ackFrames : conn.modFrames).push({ kind, sentAt: now, items });
+      (kind === 'ack' ? this.ackFrames : this.modFrames).push({ kind, sentAt: now, items });
       if (!this.properties?.exactlyOnceDeliveryEnabled)
         for (const settlement of batch) this.resolve(settlement, 'SUCCESS');
     }
@@ -687,10 +548,10 @@ export class Subscriber {
    * After a stream drops: unconfirmed exactly-once acks/nacks, and others sent within
    * RESEND_WINDOW_MS (frames the broker had not read yet are lost with the stream), go out again.
    */
-  private requeueUnconfirmed(conn: Connection): void {
+  private requeueUnconfirmed(): void {
     const now = Date.now();
     const again = { ack: [] as Settlement[], nack: [] as Settlement[] };
-    for (const frame of [...conn.ackFrames, ...conn.modFrames]) {
+    for (const frame of [...this.ackFrames, ...this.modFrames]) {
       if (frame.kind === 'extend') continue;
       for (const { ackId, settlement } of frame.items) {
         if (!settlement || settlement.ackId !== ackId || settlement.queued) continue;
@@ -702,11 +563,13 @@ export class Subscriber {
     }
     this.ackQueue = again.ack.concat(this.ackQueue);
     this.nackQueue = again.nack.concat(this.nackQueue);
+    this.ackFrames = [];
+    this.modFrames = [];
   }
 
   /** Forgets sent frames that need no confirmation any more and are past the resend window. */
-  private pruneSent(conn: Connection, now: number): void {
-    for (const frames of [conn.ackFrames, conn.modFrames]) {
+  private pruneSent(now: number): void {
+    for (const frames of [this.ackFrames, this.modFrames]) {
       let drop = 0;
       while (drop < frames.length && now - frames[drop].sentAt >= RESEND_WINDOW_MS) {
         if (frames[drop].items.some(({ settlement }) => settlement && settlement.result === undefined)) break;
@@ -732,9 +595,8 @@ export class Subscriber {
       else leases.push(lease);
     }
     this.dispatch();
-    const conn = this.conn;
-    if (!conn?.open) return;
-    this.pruneSent(conn, now);
+    if (!this.stream.isOpen) return;
+    this.pruneSent(now);
     for (let i = 0; i < leases.length; i += MAX_IDS_PER_FRAME) {
       const chunk = leases.slice(i, i + MAX_IDS_PER_FRAME);
       const frame = {
@@ -746,8 +608,8 @@ export class Subscriber {
           ),
         ),
       };
-      if (!this.send(conn, frame)) return;
-      conn.modFrames.push({
+      if (!this.stream.send(frame)) return;
+      this.modFrames.push({
         kind: 'extend',
         sentAt: now,
         items: chunk.map((lease) => ({ ackId: lease.ackId, lease })),
@@ -767,8 +629,7 @@ export class Subscriber {
     if (this.currentState === 'closed') return;
     const deadline = Date.now() + this.settings.closeTimeoutMs;
     this.setState('closing');
-    if (this.reconnectTimer !== undefined) clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = undefined;
+    this.stream.stop();
     this.flushNow(); // what is queued goes over REST from now on
     // What the handler has not seen goes back.
     const waiting = [...this.ready, ...[...this.keyQueues.values()].flat()];
@@ -778,26 +639,19 @@ export class Subscriber {
     await this.waitUntil(() => this.running === 0, deadline);
     for (const lease of [...this.held.values()]) void this.settle(lease, 'nack');
 
-    const conn = this.conn;
-    if (conn?.open) {
-      // The broker handles a stream's frames in order and answers `{}` with `{}`: once that
-      // answer is here it has read (and, with exactly-once, confirmed) everything sent before.
-      const barrier = conn.emptyFrames;
-      const sentBefore = () =>
-        [...conn.ackFrames, ...conn.modFrames].every((frame) =>
+    const barrier = this.stream.barrier();
+    if (barrier) {
+      // Once the broker has read (and, with exactly-once, confirmed) everything sent before.
+      const confirmed = () =>
+        [...this.ackFrames, ...this.modFrames].every((frame) =>
           frame.items.every(
             ({ ackId, settlement }) =>
               !settlement || settlement.result !== undefined || settlement.ackId !== ackId || settlement.queued,
           ),
         );
-      this.send(conn, {});
-      await this.waitUntil(() => this.conn !== conn || (conn.emptyFrames > barrier && sentBefore()), deadline);
+      await this.waitUntil(() => barrier.gone() || (barrier.answered() && confirmed()), deadline);
     }
-    if (this.conn) {
-      const last = this.conn;
-      this.conn = undefined;
-      closeSocket(last.ws, 1000, 'closed by the client');
-    }
+    this.stream.close();
     for (const [timer, settlement] of this.retryTimers) {
       clearTimeout(timer);
       this.enqueue(settlement);
@@ -848,14 +702,10 @@ export class Subscriber {
   private finish(error: PubSubError | undefined): void {
     if (this.currentState === 'closed') return;
     clearInterval(this.leaseTimer);
-    clearInterval(this.keepAliveTimer);
-    for (const timer of [this.flushTimer, this.reconnectTimer, ...this.retryTimers.keys()])
-      if (timer !== undefined) clearTimeout(timer);
+    this.stream.close();
+    for (const timer of [this.flushTimer, ...this.retryTimers.keys()]) if (timer !== undefined) clearTimeout(timer);
     this.retryTimers.clear();
-    this.flushTimer = this.reconnectTimer = undefined;
-    const conn = this.conn;
-    this.conn = undefined;
-    if (conn) closeSocket(conn.ws, 1000, 'closed by the client');
+    this.flushTimer = undefined;
     for (const settlement of [...this.pending]) this.resolve(settlement, 'OTHER');
     this.setState('closed');
     this.resolveClosed(error);
@@ -905,16 +755,6 @@ export class Subscriber {
   }
 }
 
-function toBytes(data: unknown): Uint8Array {
-  if (data instanceof ArrayBuffer) return new Uint8Array(data);
-  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  throw new TypeError('unsupported frame data');
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 /** The per-ack-ID failures of an exactly-once REST ack (ErrorInfo metadata), if that is what failed. */
 function ackFailures(error: unknown): Map<string, string> | undefined {
   if (!(error instanceof PubSubError) || !Array.isArray(error.details)) return undefined;
@@ -923,13 +763,4 @@ function ackFailures(error: unknown): Map<string, string> | undefined {
     if (info?.reason === 'EXACTLY_ONCE_ACKID_FAILURE' && info.metadata) return new Map(Object.entries(info.metadata));
   }
   return undefined;
-}
-
-/** Closes a socket that may already be closed. */
-function closeSocket(ws: WebSocketLike, code: number, reason: string): void {
-  try {
-    ws.close(code, reason);
-  } catch {
-    // already closed
-  }
 }
