@@ -1,18 +1,9 @@
-import { Acks, MAX_IDS_PER_FRAME, type Settlement, type SubscriptionCall } from './acks.ts';
-import { describe, HandlerError, PubSubError } from './errors.ts';
-import { Message, type WireMessage } from './message.ts';
+import { Acks, type SubscriptionCall } from './acks.ts';
+import { PubSubError } from './errors.ts';
+import { Leases, type MessageHandler } from './leases.ts';
 import { type SubscriberSettings, subscriberSettings } from './options.ts';
 import { type ServerFrame, StreamingPull } from './stream.ts';
-import type {
-  AckResponse,
-  SubscribeOptions,
-  SubscriberState,
-  SubscriptionProperties,
-  WebSocketConstructor,
-} from './types.ts';
-
-/** A handler receives each message once per delivery; it may return a promise. */
-export type MessageHandler = (message: Message) => void | Promise<void>;
+import type { SubscribeOptions, SubscriberState, SubscriptionProperties, WebSocketConstructor } from './types.ts';
 
 /** What a Subscriber needs from its PubSubClient (internal). */
 export interface SubscriberContext {
@@ -23,20 +14,6 @@ export interface SubscriberContext {
   WebSocket: WebSocketConstructor;
   /** A REST call on the subscription (`:acknowledge`, `:modifyAckDeadline`); throws PubSubError. */
   rest: SubscriptionCall;
-}
-
-/** One delivery this subscriber holds: received and not yet acked or nacked. */
-interface Lease {
-  message: Message;
-  /** The latest ack ID: a redelivery of a message still held replaces it. */
-  ackId: string;
-  bytes: number;
-  receivedAt: number;
-  /** The ordering key that serializes its handler (only on subscriptions with message ordering). */
-  key?: string;
-  /** Counts toward maxOutstandingMessages/Bytes (from dispatch until settled or given up). */
-  counted: boolean;
-  settlement?: Settlement;
 }
 
 /**
@@ -54,7 +31,6 @@ export class Subscriber {
   /** Resolves once the subscriber has stopped: with the fatal error that stopped it, or undefined after close(). */
   readonly closed: Promise<PubSubError | undefined>;
 
-  private readonly handler: MessageHandler;
   private readonly settings: SubscriberSettings;
   private readonly errorListeners = new Set<(error: Error) => void>();
   private readonly stateListeners = new Set<(state: SubscriberState) => void>();
@@ -64,26 +40,13 @@ export class Subscriber {
   private properties?: SubscriptionProperties;
   private readonly stream: StreamingPull;
   private readonly acks: Acks;
+  private readonly leases: Leases;
   private closing?: Promise<void>;
-
-  /** Unsettled deliveries by message ID: their leases are renewed. */
-  private readonly held = new Map<string, Lease>();
-
-  /** Messages ready for the handler: unkeyed ones and the head of each ordering key. */
-  private ready: Lease[] = [];
-  /** Later messages of a key whose head is ready or running. */
-  private readonly keyQueues = new Map<string, Lease[]>();
-  private readonly busyKeys = new Set<string>();
-  private running = 0;
-  private outstandingMessages = 0;
-  private outstandingBytes = 0;
-  private dispatching = false;
   private readonly leaseTimer: ReturnType<typeof setInterval>;
 
   /** @internal Use PubSubClient.subscribe(). */
   constructor(ctx: SubscriberContext, handler: MessageHandler, options: SubscribeOptions = {}) {
     this.subscription = ctx.subscription;
-    this.handler = handler;
     this.settings = subscriberSettings(options);
     this.clientId = this.settings.clientId;
     if (options.onError) this.errorListeners.add(options.onError);
@@ -110,7 +73,14 @@ export class Subscriber {
       ackMemoryMs: deadlineSeconds * 1000 + 60_000,
       error: (error) => this.emitError(error),
     });
-    this.leaseTimer = setInterval(() => this.extendLeases(), deadlineSeconds * 500);
+    this.leases = new Leases({
+      handler,
+      settings: this.settings,
+      acks: this.acks,
+      properties: () => this.properties,
+      error: (error) => this.emitError(error),
+    });
+    this.leaseTimer = setInterval(() => this.renewLeases(), deadlineSeconds * 500);
     this.stream.start();
   }
 
@@ -126,7 +96,7 @@ export class Subscriber {
 
   /** Messages received and not yet acked or nacked. */
   get heldMessages(): number {
-    return this.held.size;
+    return this.leases.size;
   }
 
   /**
@@ -161,14 +131,14 @@ export class Subscriber {
     if (frame.acknowledgeConfirmation) this.acks.confirmed('acknowledge', frame.acknowledgeConfirmation);
     if (frame.modifyAckDeadlineConfirmation)
       this.acks.confirmed('modifyAckDeadline', frame.modifyAckDeadlineConfirmation);
-    if (frame.receivedMessages?.length) this.onMessages(frame.receivedMessages);
+    if (frame.receivedMessages?.length) this.leases.receive(frame.receivedMessages);
   }
 
   private onOpen(): void {
     if (this.currentState === 'connecting' || this.currentState === 'reconnecting') this.setState('open');
     // Acks made while disconnected first, then fresh leases for what is held (they may be close to running out).
     this.acks.flush();
-    this.extendLeases();
+    this.renewLeases();
   }
 
   private setProperties(properties: Partial<SubscriptionProperties>): void {
@@ -185,7 +155,8 @@ export class Subscriber {
     this.acks.streamEnded();
     if (this.currentState === 'closing' || this.currentState === 'closed') return;
     if (!error.retryable) {
-      this.fail(error);
+      this.emitError(error);
+      this.finish(error);
       return;
     }
     this.emitError(error);
@@ -193,193 +164,11 @@ export class Subscriber {
     this.setState('reconnecting');
   }
 
-  // --- messages and the handler ---------------------------------------------------------------
-
-  private onMessages(received: { ackId: string; message: WireMessage }[]): void {
-    const now = Date.now();
-    for (const { ackId, message: wire } of received) {
-      if (this.currentState === 'closing' || this.currentState === 'closed') {
-        this.acks.settle('nack', ackId);
-        continue;
-      }
-      // On exactly-once subscriptions an ack ID is one delivery: a redelivery is a new message
-      // (settling the old one reports INVALID). Elsewhere a redelivery of a message this
-      // subscriber holds or has acked (its lease ran out, say during a reconnect) takes the old
-      // one's place, so the handler does not see it twice and the ack still takes effect.
-      const exactlyOnce = this.properties?.exactlyOnceDeliveryEnabled === true;
-      const held = this.held.get(wire.messageId);
-      if (held && !exactlyOnce) {
-        held.ackId = ackId;
-        continue;
-      }
-      if (held) this.forget(held);
-      if (!exactlyOnce && this.acks.ackAgain(wire.messageId, ackId)) continue;
-      let lease!: Lease;
-      let message: Message;
-      try {
-        message = new Message(wire, {
-          ackId: () => lease.ackId,
-          settle: (kind) => this.settle(lease, kind),
-        });
-      } catch (error) {
-        this.emitError(
-          new PubSubError('INTERNAL', `Message ${wire?.messageId} could not be decoded: ${describe(error)}`, {
-            retryable: true,
-          }),
-        );
-        this.acks.settle('nack', ackId);
-        continue;
-      }
-      lease = { message, ackId, bytes: message.data.length, receivedAt: now, counted: false };
-      this.held.set(wire.messageId, lease);
-      this.admit(lease);
-    }
-    this.dispatch();
-  }
-
-  /** Queues a message for the handler, behind earlier messages of its ordering key. */
-  private admit(lease: Lease): void {
-    const key = this.properties?.messageOrderingEnabled ? lease.message.orderingKey : undefined;
-    if (key) {
-      lease.key = key;
-      if (this.busyKeys.has(key)) {
-        const queue = this.keyQueues.get(key);
-        if (queue) queue.push(lease);
-        else this.keyQueues.set(key, [lease]);
-        return;
-      }
-      this.busyKeys.add(key);
-    }
-    this.ready.push(lease);
-  }
-
-  /** Hands the next key's message to the handler, or frees the key. */
-  private releaseKey(lease: Lease): void {
-    if (lease.key === undefined) return;
-    const queue = this.keyQueues.get(lease.key);
-    const next = queue?.shift();
-    if (queue && queue.length === 0) this.keyQueues.delete(lease.key);
-    if (next) this.ready.push(next);
-    else this.busyKeys.delete(lease.key);
-  }
-
-  private dispatch(): void {
-    if (this.dispatching) return; // the running loop below picks up the change
-    this.dispatching = true;
-    try {
-      while (this.ready.length > 0 && this.hasRoom()) {
-        const lease = this.ready.shift()!;
-        if (lease.settlement) this.releaseKey(lease);
-        else this.run(lease);
-      }
-    } finally {
-      this.dispatching = false;
-    }
-  }
-
-  private hasRoom(): boolean {
-    if (this.currentState === 'closing' || this.currentState === 'closed') return false;
-    if (this.settings.maxMessages > 0 && this.outstandingMessages >= this.settings.maxMessages) return false;
-    return (
-      this.settings.maxBytes === 0 || this.outstandingBytes < this.settings.maxBytes || this.outstandingMessages === 0
-    );
-  }
-
-  private run(lease: Lease): void {
-    lease.counted = true;
-    this.outstandingMessages++;
-    this.outstandingBytes += lease.bytes;
-    this.running++;
-    const finish = () => {
-      this.running--;
-      this.releaseKey(lease);
-      this.dispatch();
-    };
-    const failed = (error: unknown) => {
-      this.emitError(new HandlerError(lease.message.messageId, error));
-      if (!lease.settlement) void this.settle(lease, 'nack');
-      finish();
-    };
-    let result: unknown;
-    try {
-      result = this.handler(lease.message);
-    } catch (error) {
-      failed(error);
-      return;
-    }
-    if (result && typeof (result as PromiseLike<void>).then === 'function')
-      (result as PromiseLike<void>).then(finish, failed);
-    else finish();
-  }
-
-  private uncount(lease: Lease): void {
-    if (!lease.counted) return;
-    lease.counted = false;
-    this.outstandingMessages--;
-    this.outstandingBytes -= lease.bytes;
-  }
-
-  /** Stops renewing a lease and frees its flow-control room. */
-  private forget(lease: Lease): void {
-    const id = lease.message.messageId;
-    if (this.held.get(id) === lease) this.held.delete(id);
-    this.uncount(lease);
-  }
-
-  // --- acks and nacks ------------------------------------------------------------------------
-
-  private settle(lease: Lease, kind: 'ack' | 'nack'): Promise<AckResponse> {
-    if (lease.settlement) {
-      // Never settled twice: the same call gets the same outcome; the other one is refused.
-      return lease.settlement.kind === kind ? lease.settlement.promise : Promise.resolve('INVALID');
-    }
-    const settlement = this.acks.settle(kind, lease.ackId, lease.message.messageId);
-    lease.settlement = settlement;
-    this.forget(lease);
-    // The broker sends a nacked keyed message and the later ones of its key again, in order:
-    // those waiting here are dropped (and nacked, which frees the broker's flow control at once).
-    if (kind === 'nack' && lease.key !== undefined) this.dropQueuedFollowers(lease.key);
-    this.dispatch();
-    return settlement.promise;
-  }
-
-  private dropQueuedFollowers(key: string): void {
-    const queue = this.keyQueues.get(key);
-    if (!queue) return;
-    this.keyQueues.delete(key);
-    for (const lease of queue) void this.settle(lease, 'nack');
-  }
-
-  // --- leases --------------------------------------------------------------------------------
-
-  /** Every streamAckDeadlineSeconds/2, and when a stream opens: renews the lease of every held message. */
-  private extendLeases(): void {
+  /** Every streamAckDeadlineSeconds/2, and when a stream opens. */
+  private renewLeases(): void {
     const now = Date.now();
     this.acks.prune(now);
-    const leases: Lease[] = [];
-    for (const lease of this.held.values()) {
-      if (now - lease.receivedAt >= this.settings.maxExtensionMs) this.forget(lease);
-      else leases.push(lease);
-    }
-    this.dispatch();
-    for (let i = 0; i < leases.length; i += MAX_IDS_PER_FRAME) {
-      const chunk = leases.slice(i, i + MAX_IDS_PER_FRAME);
-      const ackIds = chunk.map((lease) => lease.ackId);
-      const seconds = chunk.map((lease) =>
-        Math.min(
-          this.settings.deadlineSeconds,
-          Math.ceil((lease.receivedAt + this.settings.maxExtensionMs - now) / 1000),
-        ),
-      );
-      const sent = this.acks.extend(ackIds, seconds, (outcome) => {
-        // A lease that could not be renewed is gone: the message will be delivered again.
-        chunk.forEach((lease, j) => {
-          if (outcome.get(ackIds[j]) === 'INVALID' && lease.ackId === ackIds[j]) this.forget(lease);
-        });
-        this.dispatch();
-      });
-      if (!sent) return;
-    }
+    this.leases.renew(now);
   }
 
   // --- closing -------------------------------------------------------------------------------
@@ -393,16 +182,14 @@ export class Subscriber {
   private async shutdown(): Promise<void> {
     if (this.currentState === 'closed') return;
     const deadline = Date.now() + this.settings.closeTimeoutMs;
-    this.setState('closing');
+    // Nothing more for the handler and no new stream, already while the state listeners run.
+    this.leases.stop();
     this.stream.stop();
+    this.setState('closing');
     this.acks.sendOverRest();
-    // What the handler has not seen goes back.
-    const waiting = [...this.ready, ...[...this.keyQueues.values()].flat()];
-    this.ready = [];
-    this.keyQueues.clear();
-    for (const lease of waiting) void this.settle(lease, 'nack');
-    await this.waitUntil(() => this.running === 0, deadline);
-    for (const lease of [...this.held.values()]) void this.settle(lease, 'nack');
+    this.leases.nackWaiting(); // what the handler has not seen goes back
+    await this.waitUntil(() => this.leases.running === 0, deadline);
+    this.leases.nackHeld();
 
     const barrier = this.stream.barrier();
     if (barrier) {
@@ -418,17 +205,11 @@ export class Subscriber {
   private finish(error: PubSubError | undefined): void {
     if (this.currentState === 'closed') return;
     clearInterval(this.leaseTimer);
+    this.leases.close();
     this.stream.close();
     this.acks.close();
     this.setState('closed');
     this.resolveClosed(error);
-  }
-
-  private fail(error: PubSubError): void {
-    this.emitError(error);
-    this.ready = [];
-    this.keyQueues.clear();
-    this.finish(error);
   }
 
   private waitUntil(condition: () => boolean, deadline: number): Promise<void> {
