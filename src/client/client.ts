@@ -1,6 +1,7 @@
 import { toBase64, utf8Encode } from './encoding.ts';
 import { PubSubError } from './errors.ts';
-import { Subscriber, type MessageHandler } from './subscriber.ts';
+import type { MessageHandler } from './leases.ts';
+import { Subscriber } from './subscriber.ts';
 import type {
   FetchLike,
   PubSubClientOptions,

@@ -138,6 +138,11 @@ export class HandlerError extends Error {
     readonly messageId: string,
     override readonly cause: unknown,
   ) {
-    super(`The handler of message ${messageId} failed: ${cause instanceof Error ? cause.message : String(cause)}`);
+    super(`The handler of message ${messageId} failed: ${describe(cause)}`);
   }
+}
+
+/** The message of an Error, or any other thrown value as a string. */
+export function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

@@ -343,6 +343,26 @@ t.test('close codes: retryable ones reconnect with backoff, the others end the s
   t.equal(FakeSocket.last(), socket, 'no reconnect');
 });
 
+t.test('close() from an error listener while a stream drops: no reconnect', async (t) => {
+  const { clock, subscriber, received, restCalls, openStream } = setup(t);
+  const states: string[] = [];
+  subscriber.on('state', (state) => states.push(state));
+  const socket = await openStream();
+  socket.serverSend({ receivedMessages: [wire('1', 'A1')] });
+  received[0].ack();
+  subscriber.on('error', () => void subscriber.close());
+  socket.serverClose(1006);
+  await clock.advance(60_000);
+  await subscriber.closed;
+  t.same(states, ['open', 'closing', 'closed'], 'never reconnecting once closing');
+  t.equal(FakeSocket.instances.length, 1, 'no new stream');
+  t.same(
+    restCalls.map(({ url, body }) => [url.split(':').at(-1), body.ackIds]),
+    [['acknowledge', ['A1']]],
+    'the ack goes over REST',
+  );
+});
+
 t.test('close: the broker confirms it read the stream, which then closes; what is left goes over REST', async (t) => {
   const received: Message[] = [];
   const { clock, subscriber, restCalls, openStream } = setup(t, {}, (message) => void received.push(message));
