@@ -5,6 +5,7 @@ import {
   dropSubscription,
   finishCleanup,
   markCleanup,
+  type PutStateCall,
   putSubscription,
   putTopic,
 } from '../redis/calls/control-plane.ts';
@@ -63,6 +64,18 @@ function supersedes(candidate: string, current: string): boolean {
 
 const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
   `${record.topicUid}/${record.uid}/${record.name}`;
+
+/** What a put-topic or put-subscription call writes: `state` in place of `expected` ('cas') or of anything older ('newer'). */
+function stateCall(state: State, mode: 'cas' | 'newer', expected: string): PutStateCall {
+  return {
+    mode,
+    expected,
+    name: state.name,
+    json: JSON.stringify(state),
+    version: state.version,
+    tombstone: isTombstone(state),
+  };
+}
 
 export class ControlPlane {
   /** Bumped whenever a region's connection opens or closes: a sync only vouches for the epoch it saw. */
@@ -256,14 +269,7 @@ export class ControlPlane {
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
     if (deleted) await deleteTopicData(scripts, keys.topicData(state.uid));
-    const put = await putTopic(scripts, keys, state.uid, {
-      mode,
-      expected,
-      name: state.name,
-      json: JSON.stringify(state),
-      version: state.version,
-      tombstone: deleted,
-    });
+    const put = await putTopic(scripts, keys, state.uid, stateCall(state, mode, expected));
     if (put.kind === 'refused') return { applied: false, current: put.current };
     const previousJson = put.previous;
     const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
@@ -294,12 +300,7 @@ export class ControlPlane {
     const attachFirst = !deleted && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
     const put = await putSubscription(scripts, keys, topicUid, {
-      mode,
-      expected,
-      name: state.name,
-      json: JSON.stringify(state),
-      version: state.version,
-      tombstone: deleted,
+      ...stateCall(state, mode, expected),
       time: clock.scriptTime(),
     });
     if (put.kind === 'refused') {

@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import { z } from 'zod';
 import { ApiError, invalidArgument } from '../errors.ts';
 
 /**
@@ -38,6 +38,13 @@ export type FieldTable<Settings> = Record<string, FieldDefinition<Settings, unkn
 
 /** A resource as a request gives it: every field of the table optional, in its wire type. */
 export type WireOf<Table extends FieldTable<never>> = { [Name in keyof Table]?: z.output<Table[Name]['wire']> };
+
+/** A field Pub/Sub has and the broker does not build yet (mutable in Pub/Sub unless said). */
+export const unimplementedField = (wire: z.ZodType = z.unknown(), access: FieldAccess = 'mutable') =>
+  ({ wire, access, unimplemented: true }) as const;
+
+/** A field the broker sets, tolerated in requests. */
+export const outputField = (wire: z.ZodType = z.unknown()) => ({ wire, access: 'output' }) as const;
 
 /** A field the broker knows but does not implement yet: refused, never silently ignored. */
 export function notImplemented(field: string): ApiError {

@@ -2,7 +2,14 @@ import { z } from 'zod';
 import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
-import { type FieldDefinition, type FieldTable, notImplemented, type WireOf } from './fields.ts';
+import {
+  type FieldDefinition,
+  type FieldTable,
+  notImplemented,
+  outputField,
+  unimplementedField,
+  type WireOf,
+} from './fields.ts';
 
 /**
  * Every field of a Pub/Sub Subscription, declared once (see fields.ts). The stored settings are
@@ -100,18 +107,18 @@ export const SUBSCRIPTION_FIELDS = {
       };
     },
   }),
-  filter: field({ wire: z.string(), access: 'immutable', unimplemented: true }),
-  deadLetterPolicy: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  retryPolicy: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  detached: field({ wire: z.boolean(), access: 'mutable', unimplemented: true }),
-  bigqueryConfig: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  cloudStorageConfig: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  bigtableConfig: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  messageTransforms: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  tags: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  state: field({ wire: z.string(), access: 'output' }),
-  topicMessageRetentionDuration: field({ wire: z.string(), access: 'output' }),
-  analyticsHubSubscriptionInfo: field({ wire: z.unknown(), access: 'output' }),
+  filter: unimplementedField(z.string(), 'immutable'),
+  deadLetterPolicy: unimplementedField(),
+  retryPolicy: unimplementedField(),
+  detached: unimplementedField(z.boolean()),
+  bigqueryConfig: unimplementedField(),
+  cloudStorageConfig: unimplementedField(),
+  bigtableConfig: unimplementedField(),
+  messageTransforms: unimplementedField(),
+  tags: unimplementedField(),
+  state: outputField(z.string()),
+  topicMessageRetentionDuration: outputField(z.string()),
+  analyticsHubSubscriptionInfo: outputField(),
 } satisfies FieldTable<SubscriptionSettings>;
 
 /** A Subscription as a request gives it (every field optional; bytes and names still unchecked). */

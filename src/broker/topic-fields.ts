@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { invalidArgument } from '../errors.ts';
 import { durationString, labelsSchema } from '../schemas/wire-types.ts';
 import { checkDuration } from './durations.ts';
-import type { FieldDefinition, FieldTable, WireOf } from './fields.ts';
+import { type FieldDefinition, type FieldTable, outputField, unimplementedField, type WireOf } from './fields.ts';
 
 /** Every field of a Pub/Sub Topic, declared once (see fields.ts). */
 
@@ -53,13 +53,13 @@ export const TOPIC_FIELDS = {
       return policy;
     },
   }),
-  kmsKeyName: field({ wire: z.string(), access: 'mutable', unimplemented: true }),
-  schemaSettings: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  ingestionDataSourceSettings: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  messageTransforms: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  tags: field({ wire: z.unknown(), access: 'mutable', unimplemented: true }),
-  state: field({ wire: z.string(), access: 'output' }),
-  satisfiesPzs: field({ wire: z.boolean(), access: 'output' }),
+  kmsKeyName: unimplementedField(z.string()),
+  schemaSettings: unimplementedField(),
+  ingestionDataSourceSettings: unimplementedField(),
+  messageTransforms: unimplementedField(),
+  tags: unimplementedField(),
+  state: outputField(z.string()),
+  satisfiesPzs: outputField(z.boolean()),
 } satisfies FieldTable<TopicSettings>;
 
 /** A Topic as a request gives it (every field optional). */
