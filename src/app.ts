@@ -13,15 +13,17 @@ import type { Socket } from 'node:net';
 import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
-import { ApiError, invalidArgument, invalidJsonBody, unavailable } from './errors.ts';
+import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
+import { createGrpcFrontEnd } from './grpc/front-end.ts';
+import { shareWithGrpc } from './grpc/one-port.ts';
 import { LIFT_ABOVE_BYTES, liftDataStrings, nestsDeeperThan, putBack } from './json-body.ts';
 import { MAX_JSON_DEPTH, nestedTooDeep } from './schemas/common.ts';
 import type { RedisClient } from './redis/client.ts';
 
 /**
- * The HTTP front end (REST and streaming pull over WebSocket) over a broker: one passed in
- * (shared with other front ends; its owner closes it), or else one it makes from the broker
- * settings given with these options, and closes when it closes.
+ * The broker's front ends on one port: HTTP (REST and streaming pull over WebSocket) and gRPC
+ * (src/grpc/), over a broker: one passed in (its owner closes it), or else one it makes from the
+ * broker settings given with these options, and closes when it closes.
  */
 export type AppOptions = HttpOptions & ({ broker: Broker } | (BrokerConfig & { broker?: undefined }));
 
@@ -34,6 +36,8 @@ export interface HttpOptions {
    * (e.g. UNAUTHENTICATED) to refuse the request. The place for authentication.
    */
   onRequest?: (request: FastifyRequest) => Promise<void>;
+  /** Serve gRPC on the HTTP port too (the default); false serves HTTP alone. */
+  grpc?: boolean;
 }
 
 export interface RegisteredRoute {
@@ -60,7 +64,7 @@ declare module 'fastify' {
   }
 }
 
-/** Builds the HTTP app. It never listens: src/server.ts does. */
+/** Builds the app. It never listens: src/server.ts does. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: options.logger ?? false,
@@ -89,6 +93,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }));
   app.decorate('broker', broker);
   const { ctx } = broker;
+
+  if (options.grpc !== false) {
+    const grpc = createGrpcFrontEnd(broker, { error: (message) => app.log.error(message) });
+    shareWithGrpc(app.server, grpc);
+    app.addHook('onClose', () => grpc.close());
+  }
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);
@@ -249,9 +259,6 @@ function unparsableRequestError(error: ConnectionError): ApiError {
   }
 }
 
-const TRANSIENT_REDIS_ERROR =
-  /Connection is closed|Stream isn't writeable|Command timed out|ECONNREFUSED|ECONNRESET|EPIPE|LOADING|BUSY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|None of startup nodes|Failed to refresh slots cache|Reached the max retries/;
-
 /** Maps any thrown value to the Pub/Sub error the client sees. Internal details are never echoed. */
 export function toApiError(error: unknown, redis: RedisClient): ApiError {
   if (error instanceof ApiError) return error;
@@ -268,7 +275,5 @@ export function toApiError(error: unknown, redis: RedisClient): ApiError {
   if (fastifyError.code === 'ECONNRESET' && fastifyError.message === 'aborted') {
     return new ApiError('CANCELLED', 'The connection closed before the request was read.');
   }
-  const message = error instanceof Error ? `${error.name} ${error.message}` : String(error);
-  if (redis.status !== 'ready' || TRANSIENT_REDIS_ERROR.test(message)) return unavailable();
-  return new ApiError('INTERNAL', 'Internal error encountered.');
+  return unexpectedError(error, redis);
 }

@@ -95,6 +95,20 @@ export const invalidArgument = (message: string) => new ApiError('INVALID_ARGUME
 /** What a body that is not JSON gets (also a large publish whose lifted data is not: json-body.ts). */
 export const invalidJsonBody = () => invalidArgument('Invalid JSON payload received. Body is not valid JSON.');
 export const failedPrecondition = (message: string) => new ApiError('FAILED_PRECONDITION', message);
+const TRANSIENT_REDIS_ERROR =
+  /Connection is closed|Stream isn't writeable|Command timed out|ECONNREFUSED|ECONNRESET|EPIPE|LOADING|BUSY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|None of startup nodes|Failed to refresh slots cache|Reached the max retries/;
+
+/**
+ * What a front end answers for a thrown value that is not an ApiError: UNAVAILABLE while the
+ * message store cannot be used (clients retry it), else INTERNAL. Its text is never echoed.
+ */
+export function unexpectedError(error: unknown, redis: { status: string }): ApiError {
+  if (error instanceof ApiError) return error;
+  const message = error instanceof Error ? `${error.name} ${error.message}` : String(error);
+  if (redis.status !== 'ready' || TRANSIENT_REDIS_ERROR.test(message)) return unavailable();
+  return new ApiError('INTERNAL', 'Internal error encountered.');
+}
+
 export const unavailable = (message = 'The service is currently unavailable: the message store cannot be reached.') =>
   new ApiError('UNAVAILABLE', message);
 

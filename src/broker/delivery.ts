@@ -80,17 +80,31 @@ export class DeliveryService {
     return this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal);
   }
 
-  async acknowledge(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {
-    const record = await this.subscriptions.read(name);
-    await this.checkSubscribeRegion(record);
-    throwFailures(await this.acknowledgeDeliveries(record, request.ackIds));
+  async acknowledge(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {
+    throwFailures(await this.acknowledgeEach(caller, name, request));
   }
 
-  async modifyAckDeadline(_caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {
+  /** acknowledge, with its per-ack-ID results, for a front end that reports failures its own way. */
+  async acknowledgeEach(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
+    const record = await this.subscriptions.read(name);
+    await this.checkSubscribeRegion(record);
+    return this.acknowledgeDeliveries(record, request.ackIds);
+  }
+
+  async modifyAckDeadline(caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {
+    throwFailures(await this.modifyAckDeadlineEach(caller, name, request));
+  }
+
+  /** modifyAckDeadline, with its per-ack-ID results (as acknowledgeEach). */
+  async modifyAckDeadlineEach(
+    _caller: CallContext,
+    name: ResourceName,
+    request: ModifyAckDeadlineRequest,
+  ): Promise<SettleOutcome> {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
-    throwFailures(await this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds));
+    return this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds);
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */

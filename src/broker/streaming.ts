@@ -4,7 +4,7 @@ import type { CallContext } from './call-context.ts';
 import type { DeliveryService } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import type { SettleOutcome } from './settlement.ts';
-import type { ResourceName } from './names.ts';
+import { parseResourceName, type ResourceName } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
@@ -22,6 +22,11 @@ export interface StreamTransport {
   send(response: StreamingPullResponse): boolean;
   /** Ends the stream with an error, which the transport tells the client as its wire allows. */
   close(error: ApiError): void;
+  /**
+   * While the transport's send buffer is full (the client reads slower than messages come), a
+   * promise of when it drains: nothing more is leased until then. Undefined when it has room.
+   */
+  blocked?(): Promise<void> | undefined;
 }
 
 /** Per-ack-ID results of acks or deadline changes made on an exactly-once stream. */
@@ -104,7 +109,8 @@ export class StreamingSession {
   constructor(
     /** Who opened the stream: its frames are that caller's calls. */
     readonly caller: CallContext,
-    private readonly name: ResourceName,
+    /** The subscription, when the front end knows it (a WebSocket's URL); else the first frame names it (gRPC). */
+    private name: ResourceName | undefined,
     private readonly transport: StreamTransport,
     private readonly delivery: DeliveryService,
     private readonly subscriptions: SubscriptionService,
@@ -117,7 +123,6 @@ export class StreamingSession {
     this.firstFrameTimer.unref();
   }
 
-  /** Feeds one client frame (raw JSON text). */
   /**
    * Feeds one client frame. The front end decodes it with `decode` in arrival order, so that a
    * frame that does not decode ends the stream only after the frames before it were applied.
@@ -169,7 +174,10 @@ export class StreamingSession {
   }
 
   private async start(frame: StreamingPullRequest): Promise<void> {
-    if (frame.subscription !== undefined && frame.subscription !== this.name.full) {
+    if (!this.name) {
+      if (!frame.subscription) throw invalidArgument('The first streaming pull request must name the subscription.');
+      this.name = parseResourceName('subscriptions', frame.subscription);
+    } else if (frame.subscription !== undefined && frame.subscription !== this.name.full) {
       throw invalidArgument(
         `The subscription in the first frame (${frame.subscription}) does not match the path (${this.name.full}).`,
       );
@@ -289,6 +297,11 @@ export class StreamingSession {
 
   private async deliverLoop(): Promise<void> {
     while (!this.closed) {
+      const blocked = this.transport.blocked?.();
+      if (blocked) {
+        await this.sleep(undefined, blocked);
+        continue;
+      }
       this.forgetExpired();
       const room = this.room();
       if (room === 0) {
@@ -395,12 +408,12 @@ export class StreamingSession {
 
   /** Picks up changes to the subscription (exactly-once switched, deleted) between pulls. */
   private async refreshRecord(): Promise<void> {
-    this.record = await this.subscriptions.read(this.name);
+    this.record = await this.subscriptions.read(this.name!);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }
 
-  private sleep(ms: number | undefined, woken?: Promise<string>): Promise<void> {
+  private sleep(ms: number | undefined, woken?: Promise<unknown>): Promise<void> {
     return new Promise((resolve) => {
       const timer = ms === undefined ? undefined : setTimeout(done, ms);
       this.nudge = done;

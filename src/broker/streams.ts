@@ -19,7 +19,8 @@ export class StreamRegistry {
     readonly heartbeatMs: number,
   ) {}
 
-  open(caller: CallContext, name: ResourceName, transport: StreamTransport): StreamingSession {
+  /** `name` undefined: the stream's first frame names its subscription. */
+  open(caller: CallContext, name: ResourceName | undefined, transport: StreamTransport): StreamingSession {
     const session = new StreamingSession(caller, name, transport, this.delivery, this.subscriptions, {
       heartbeatMs: this.heartbeatMs,
     });

@@ -1,0 +1,49 @@
+import type { sendUnaryData, ServerUnaryCall, UntypedHandleCall } from '@grpc/grpc-js';
+import type { Broker } from '../broker/broker.ts';
+import type { CallContext } from '../broker/call-context.ts';
+import { ApiError, unexpectedError } from '../errors.ts';
+import { grpcStatusOf } from './status.ts';
+
+/** What the RPC handlers of the gRPC front end share: caller contexts, errors, the unary shape. */
+export interface GrpcLog {
+  error(message: string): void;
+}
+
+export interface GrpcServices {
+  broker: Broker;
+  log: GrpcLog;
+}
+
+/** The caller context of a gRPC call; `signal` is aborted when the call is cancelled or its deadline passes. */
+export function grpcCaller(broker: Broker, signal?: AbortSignal): CallContext {
+  return { endpoint: 'grpc', region: broker.regions.local.name, signal };
+}
+
+/** The gRPC status for anything a handler threw; internal failures are logged, never echoed. */
+export function statusOf({ broker, log }: GrpcServices, error: unknown) {
+  const apiError = error instanceof ApiError ? error : unexpectedError(error, broker.ctx.redis);
+  if (apiError.status === 'INTERNAL') log.error(`gRPC call failed: ${(error as Error)?.stack ?? String(error)}`);
+  return grpcStatusOf(apiError);
+}
+
+/** A unary RPC handler that runs `run` on the decoded request and answers its result or its error. */
+export function unary<Request, Response>(
+  services: GrpcServices,
+  run: (request: Request, caller: CallContext) => Promise<Response>,
+): UntypedHandleCall {
+  return (call: ServerUnaryCall<Request, Response>, callback: sendUnaryData<Response>) => {
+    const cancelled = new AbortController();
+    call.on('cancelled', () => cancelled.abort());
+    run(call.request, grpcCaller(services.broker, cancelled.signal)).then(
+      (response) => callback(null, response),
+      (error: unknown) => callback(statusOf(services, error)),
+    );
+  };
+}
+
+/** The handler of an RPC the broker does not implement: UNIMPLEMENTED, naming it. */
+export function unimplemented(rpc: string): UntypedHandleCall {
+  const error = grpcStatusOf(new ApiError('UNIMPLEMENTED', `The method ${rpc} is not implemented by this broker yet.`));
+  return (call: { emit(event: 'error', status: unknown): void }, callback?: sendUnaryData<never>) =>
+    callback ? callback(error) : call.emit('error', error);
+}

@@ -1,0 +1,48 @@
+import { Server, ServerCredentials } from '@grpc/grpc-js';
+import { ReflectionService } from '@grpc/reflection';
+import type { Socket } from 'node:net';
+import type { Broker } from '../broker/broker.ts';
+import { PUBLISH_BODY_LIMIT } from '../../routes/limits.ts';
+import type { GrpcLog } from './calls.ts';
+import { packageDefinition, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE } from './protos.ts';
+import { publisherService } from './publisher.ts';
+import { subscriberService } from './subscriber.ts';
+
+/**
+ * The gRPC front end: google.pubsub.v1 Publisher and Subscriber (and server reflection, for
+ * grpcurl) over a broker. It does not listen: connections are handed to it (one-port.ts shares
+ * the HTTP port with it).
+ */
+export interface GrpcFrontEnd {
+  injectConnection(socket: Socket): void;
+  /** Finishes the calls under way (streams end when the broker closes them), then closes. */
+  close(): Promise<void>;
+}
+
+/** Calls still running this long after close() began are cancelled. */
+const SHUTDOWN_GRACE_MS = 10_000;
+
+export function createGrpcFrontEnd(broker: Broker, log: GrpcLog): GrpcFrontEnd {
+  const server = new Server({
+    // A publish may carry 10 MB of data, as over REST (grpc-js takes 4 MiB by default).
+    'grpc.max_receive_message_length': PUBLISH_BODY_LIMIT,
+  });
+  const services = { broker, log };
+  server.addService(PUBLISHER_SERVICE, publisherService(services));
+  server.addService(SUBSCRIBER_SERVICE, subscriberService(services));
+  new ReflectionService(packageDefinition, {
+    services: ['google.pubsub.v1.Publisher', 'google.pubsub.v1.Subscriber'],
+  }).addToServer(server);
+  const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
+  return {
+    injectConnection: (socket) => injector.injectConnection(socket),
+    close: () =>
+      new Promise((resolve) => {
+        const force = setTimeout(() => server.forceShutdown(), SHUTDOWN_GRACE_MS);
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          resolve();
+        });
+      }),
+  };
+}

@@ -1,0 +1,111 @@
+import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grpc-js';
+import { parseBody } from '../schemas/common.ts';
+import { acknowledgeBodySchema, modifyAckDeadlineBodySchema, pullBodySchema } from '../schemas/subscriptions.ts';
+import { type GrpcServices, unary, unimplemented } from './calls.ts';
+import { receivedMessageProto } from './messages.ts';
+import {
+  pageRequest,
+  requestName,
+  requestProject,
+  subscriptionInput,
+  subscriptionProto,
+  updateMaskPaths,
+} from './resources.ts';
+import { SettledInFailedBatch } from './settled-in-failed-batch.ts';
+import { streamingPull } from './streaming-pull.ts';
+
+interface SubscriptionRequest {
+  subscription?: string;
+}
+
+/**
+ * google.pubsub.v1.Subscriber over the broker's subscription and delivery services. proto3 does
+ * not send zero values, so a field left out means 0 or false (a nack's ackDeadlineSeconds).
+ */
+export function subscriberService(services: GrpcServices): UntypedServiceImplementation {
+  const { broker } = services;
+  const subscription = (request: SubscriptionRequest) =>
+    requestName('subscriptions', request.subscription, 'subscription');
+  const settledInFailedBatch = new SettledInFailedBatch();
+  return {
+    CreateSubscription: unary(services, async (request: { name?: string }, caller) => {
+      const name = requestName('subscriptions', request.name, 'name');
+      return subscriptionProto(await broker.subscriptions.create(caller, name, subscriptionInput(request)));
+    }),
+    GetSubscription: unary(services, async (request: SubscriptionRequest, caller) =>
+      subscriptionProto(await broker.subscriptions.get(caller, subscription(request))),
+    ),
+    UpdateSubscription: unary(
+      services,
+      async (request: { subscription?: { name?: string }; updateMask?: { paths?: string[] } }, caller) => {
+        const name = requestName('subscriptions', request.subscription?.name, 'subscription.name');
+        const updated = await broker.subscriptions.update(caller, name, {
+          subscription: subscriptionInput(request.subscription),
+          updateMask: updateMaskPaths(request.updateMask),
+        });
+        return subscriptionProto(updated);
+      },
+    ),
+    DeleteSubscription: unary(services, async (request: SubscriptionRequest, caller) => {
+      await broker.subscriptions.delete(caller, subscription(request));
+      return {};
+    }),
+    ListSubscriptions: unary(
+      services,
+      async (request: { project?: string; pageSize?: number; pageToken?: string }, caller) => {
+        const page = await broker.subscriptions.list(caller, requestProject(request.project), pageRequest(request));
+        return { ...page, subscriptions: page.subscriptions?.map(subscriptionProto) };
+      },
+    ),
+    Pull: unary(
+      services,
+      async (request: SubscriptionRequest & { maxMessages?: number; returnImmediately?: boolean }, caller) => {
+        const name = subscription(request);
+        const body = parseBody(
+          pullBodySchema,
+          { maxMessages: request.maxMessages ?? 0, returnImmediately: request.returnImmediately },
+          'pull request',
+        );
+        const received = await broker.delivery.pull(caller, name, body);
+        return { receivedMessages: received.map(receivedMessageProto) };
+      },
+    ),
+    Acknowledge: unary(services, async (request: SubscriptionRequest & { ackIds?: string[] }, caller) => {
+      const name = subscription(request);
+      const { ackIds } = parseBody(acknowledgeBodySchema, { ackIds: request.ackIds ?? [] }, 'acknowledge request');
+      const unsettled = settledInFailedBatch.unsettled('ack', ackIds);
+      if (unsettled.length > 0) {
+        const outcome = await broker.delivery.acknowledgeEach(caller, name, { ackIds: unsettled });
+        settledInFailedBatch.throwFailures(outcome, 'ack');
+      }
+      return {};
+    }),
+    ModifyAckDeadline: unary(
+      services,
+      async (request: SubscriptionRequest & { ackIds?: string[]; ackDeadlineSeconds?: number }, caller) => {
+        const name = subscription(request);
+        const body = parseBody(
+          modifyAckDeadlineBodySchema,
+          { ackIds: request.ackIds ?? [], ackDeadlineSeconds: request.ackDeadlineSeconds ?? 0 },
+          'modifyAckDeadline request',
+        );
+        // A deadline extension may simply be applied again; a second nack would fail.
+        const kind = body.ackDeadlineSeconds === 0 ? 'nack' : undefined;
+        const ackIds = kind ? settledInFailedBatch.unsettled(kind, body.ackIds) : body.ackIds;
+        if (ackIds.length > 0) {
+          const outcome = await broker.delivery.modifyAckDeadlineEach(caller, name, { ...body, ackIds });
+          settledInFailedBatch.throwFailures(outcome, kind);
+        }
+        return {};
+      },
+    ),
+    StreamingPull: (call: ServerDuplexStream<object, object>) => streamingPull(services, call),
+    ModifyPushConfig: unimplemented('Subscriber.ModifyPushConfig'),
+    GetSnapshot: unimplemented('Subscriber.GetSnapshot'),
+    ListSnapshots: unimplemented('Subscriber.ListSnapshots'),
+    CreateSnapshot: unimplemented('Subscriber.CreateSnapshot'),
+    UpdateSnapshot: unimplemented('Subscriber.UpdateSnapshot'),
+    DeleteSnapshot: unimplemented('Subscriber.DeleteSnapshot'),
+    Seek: unimplemented('Subscriber.Seek'),
+  };
+}
