@@ -122,7 +122,7 @@ async function main(): Promise<void> {
     : config.REGION
       ? `region ${config.REGION} of ${config.REGIONS!.map((region) => region.name).join(', ')}`
       : 'external Redis';
-  log(`listening on ${address}, using ${redisDescription}`);
+  log(`listening on ${address} (gRPC, REST and WebSocket), using ${redisDescription}`);
 }
 
 main().catch((error: unknown) => {
