@@ -42,6 +42,13 @@ export interface ModifyAckDeadlineRequest {
   ackDeadlineSeconds: number;
 }
 
+/** A settlement that was made: acknowledgements, or new deadlines (`deadlineSeconds`; 0 = nack). */
+export interface Settled {
+  record: SubscriptionRecord;
+  outcome: SettleOutcome;
+  deadlineSeconds?: number;
+}
+
 /**
  * Publishing and the pull/ack/modack cycle, each state change one script: publish.ts stores
  * messages, pull.ts leases them, settlement.ts acknowledges them and changes their deadlines.
@@ -51,6 +58,7 @@ export class DeliveryService {
   private readonly publisher: Publisher;
   private readonly puller: Puller;
   private readonly settlement: Settlement;
+  private readonly settledListeners: ((settled: Settled) => void)[] = [];
 
   constructor(
     private readonly regions: Regions,
@@ -108,13 +116,30 @@ export class DeliveryService {
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */
-  acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settlement.acknowledgeDeliveries(record, ackIds);
+  async acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
+    const outcome = await this.settlement.acknowledgeDeliveries(record, ackIds);
+    this.announce({ record, outcome });
+    return outcome;
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (settlement.ts). */
-  modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    return this.settlement.modifyDeliveries(record, ackIds, seconds);
+  async modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
+    const outcome = await this.settlement.modifyDeliveries(record, ackIds, seconds);
+    this.announce({ record, outcome, deadlineSeconds: seconds });
+    return outcome;
+  }
+
+  /**
+   * Calls `listener` after every settlement made through this process, whether a unary call or a
+   * stream made it: streams learn that what they delivered was acked or nacked elsewhere (the
+   * official clients ack with unary calls) and free its flow-control room.
+   */
+  onSettled(listener: (settled: Settled) => void): void {
+    this.settledListeners.push(listener);
+  }
+
+  private announce(settled: Settled): void {
+    for (const listener of this.settledListeners) listener(settled);
   }
 
   /** Leases up to `max` messages once, without waiting (pull.ts). */

@@ -1,7 +1,7 @@
 import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../errors.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
-import type { DeliveryService } from './delivery.ts';
+import type { DeliveryService, Settled } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import type { SettleOutcome } from './settlement.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
@@ -217,9 +217,27 @@ export class StreamingSession {
     }
   }
 
+  /**
+   * A settlement of this subscription's deliveries, made on this stream or by any other call in
+   * this process (DeliveryService.onSettled): acked, nacked and failed-for-good deliveries no
+   * longer count against flow control, and extended ones run out later.
+   */
+  settled({ record, outcome, deadlineSeconds }: Settled): void {
+    if (this.record?.uid !== record.uid) return;
+    if (deadlineSeconds === undefined || deadlineSeconds === 0) {
+      if (deadlineSeconds === 0 && record.enableMessageOrdering) this.releaseCascaded(outcome.applied);
+      this.release(outcome, ['PERMANENT_FAILURE_INVALID_ACK_ID']);
+      return;
+    }
+    const expiresAtMs = Date.now() + deadlineSeconds * 1000;
+    for (const ackId of outcome.applied) {
+      const entry = this.outstanding.get(ackId);
+      if (entry) entry.expiresAtMs = expiresAtMs;
+    }
+  }
+
   private async acknowledge(ackIds: string[]): Promise<void> {
     const outcome = await this.delivery.acknowledgeDeliveries(this.record!, ackIds);
-    this.release(outcome, ['PERMANENT_FAILURE_INVALID_ACK_ID']);
     if (!this.record!.enableExactlyOnceDelivery) return;
     this.send({
       acknowledgeConfirmation: {
@@ -249,15 +267,6 @@ export class StreamingSession {
     };
     for (const [deadline, group] of bySeconds) {
       const outcome = await this.delivery.modifyDeliveries(this.record!, group, deadline);
-      if (deadline === 0) {
-        if (this.record!.enableMessageOrdering) this.releaseCascaded(outcome.applied);
-        this.release(outcome, ['PERMANENT_FAILURE_INVALID_ACK_ID']);
-      } else {
-        for (const ackId of outcome.applied) {
-          const entry = this.outstanding.get(ackId);
-          if (entry) entry.expiresAtMs = Date.now() + deadline * 1000;
-        }
-      }
       confirmation.ackIds.push(...outcome.applied);
       confirmation.invalidAckIds.push(...failed(outcome, 'PERMANENT_FAILURE_INVALID_ACK_ID'));
       confirmation.temporaryFailedAckIds.push(...failed(outcome, 'TRANSIENT_FAILURE_OTHER'));

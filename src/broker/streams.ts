@@ -17,7 +17,11 @@ export class StreamRegistry {
     private readonly delivery: DeliveryService,
     private readonly subscriptions: SubscriptionService,
     readonly heartbeatMs: number,
-  ) {}
+  ) {
+    delivery.onSettled((settled) => {
+      for (const session of this.sessions) session.settled(settled);
+    });
+  }
 
   /** `name` undefined: the stream's first frame names its subscription. */
   open(caller: CallContext, name: ResourceName | undefined, transport: StreamTransport): StreamingSession {

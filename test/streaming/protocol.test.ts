@@ -944,6 +944,31 @@ t.test('unary acknowledge of stream deliveries', async (t) => {
   );
 });
 
+t.test('unary acks and nacks free room on the stream that delivered the messages', async (t) => {
+  // Official clients ack and nack with unary calls, never on the stream: the stream must learn of
+  // them, or it would wait for the leases to run out before delivering more.
+  const b = await openBroker(t);
+  await b.topic('topic1');
+  await b.subscription('sub1', 'topic1');
+  const client = await b.open('sub1', first('sub1', { maxOutstandingMessages: 2 }));
+  await b.publish(
+    'topic1',
+    [1, 2, 3, 4].map((i) => ({ data: b64(`m${i}`) })),
+  );
+  const firstTwo = await client.takeMessages(2);
+  t.ok(await client.quiet(500), 'nothing more while 2 are outstanding');
+  let reply = await b.api('POST', `/v1/projects/${P}/subscriptions/sub1:acknowledge`, { ackIds: [firstTwo[0].ackId] });
+  t.strictSame(reply, { status: 200, body: {} });
+  t.equal((await client.takeMessages(1)).length, 1, 'a unary ack frees room: one more arrives');
+  t.ok(await client.quiet(500), 'then nothing more');
+  reply = await b.api('POST', `/v1/projects/${P}/subscriptions/sub1:modifyAckDeadline`, {
+    ackIds: [firstTwo[1].ackId],
+    ackDeadlineSeconds: 0,
+  });
+  t.strictSame(reply, { status: 200, body: {} });
+  t.equal((await client.takeMessages(1)).length, 1, 'a unary nack frees room: one more arrives');
+});
+
 t.test('a plain GET of the streamingPull URL answers FAILED_PRECONDITION', async (t) => {
   const b = await openBroker(t);
   await b.topic('topic1');
