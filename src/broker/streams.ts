@@ -5,6 +5,8 @@ import type { ResourceName } from './names.ts';
 import { StreamingSession, type StreamTransport } from './streaming.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 
+const shuttingDown = () => unavailable('The server is shutting down; reconnect.');
+
 /**
  * The streaming sessions of this node, so that shutdown can end them (clients then reconnect).
  * A closed session stays here until the frames it had received are applied: acks a client sent
@@ -12,6 +14,7 @@ import type { SubscriptionService } from './subscriptions.ts';
  */
 export class StreamRegistry {
   private readonly sessions = new Set<StreamingSession>();
+  private closing = false;
 
   constructor(
     private readonly delivery: DeliveryService,
@@ -29,6 +32,9 @@ export class StreamRegistry {
       heartbeatMs: this.heartbeatMs,
     });
     this.sessions.add(session);
+    // A stream opened while the broker shuts down is ended at once, as the open ones were (after
+    // the front end has wired it up).
+    if (this.closing) queueMicrotask(() => session.fail(shuttingDown()));
     return session;
   }
 
@@ -44,7 +50,8 @@ export class StreamRegistry {
 
   /** Ends every stream with UNAVAILABLE, which official clients treat as "reconnect". */
   async closeAll(): Promise<void> {
-    for (const session of this.sessions) session.fail(unavailable('The server is shutting down; reconnect.'));
+    this.closing = true;
+    for (const session of this.sessions) session.fail(shuttingDown());
     await this.settled();
     this.sessions.clear();
   }
