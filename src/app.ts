@@ -95,7 +95,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { ctx } = broker;
 
   if (options.grpc !== false) {
-    const grpc = createGrpcFrontEnd(broker, { error: (message) => app.log.error(message) });
+    const grpc = createGrpcFrontEnd(broker, {
+      error: (message) => app.log.error(message),
+      call: options.logRequests ? (message) => app.log.info(message) : undefined,
+    });
     shareWithGrpc(app.server, grpc);
     app.addHook('onClose', () => grpc.close());
   }

@@ -7,6 +7,8 @@ import { grpcStatusOf } from './status.ts';
 /** What the RPC handlers of the gRPC front end share: caller contexts, errors, the unary shape. */
 export interface GrpcLog {
   error(message: string): void;
+  /** One line per finished call, when the broker logs every request. */
+  call?(message: string): void;
 }
 
 export interface GrpcServices {
@@ -34,9 +36,19 @@ export function unary<Request, Response>(
   return (call: ServerUnaryCall<Request, Response>, callback: sendUnaryData<Response>) => {
     const cancelled = new AbortController();
     call.on('cancelled', () => cancelled.abort());
+    const startedAt = Date.now();
+    const logCall = (code: number) =>
+      services.log.call?.(`gRPC ${call.getPath()} ${code} ${Date.now() - startedAt} ms`);
     run(call.request, grpcCaller(services.broker, cancelled.signal)).then(
-      (response) => callback(null, response),
-      (error: unknown) => callback(statusOf(services, error)),
+      (response) => {
+        logCall(0);
+        callback(null, response);
+      },
+      (error: unknown) => {
+        const status = statusOf(services, error);
+        logCall(status.code);
+        callback(status);
+      },
     );
   };
 }

@@ -33,6 +33,7 @@ export function streamingPull(services: GrpcServices, call: ServerDuplexStream<o
     close: (error) => {
       if (ended) return;
       ended = true;
+      services.log.call?.(`gRPC ${call.getPath()} ended: ${error.status} ${error.message}`);
       // grpc-js ends a server stream with the status of an 'error' it is given.
       call.emit('error', grpcStatusOf(error));
       broker.streams.closed(session);
