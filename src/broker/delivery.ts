@@ -42,6 +42,9 @@ export interface ModifyAckDeadlineRequest {
   ackDeadlineSeconds: number;
 }
 
+/** Ack IDs a unary call applied: acknowledged (`seconds` undefined), or given a new deadline. */
+export type UnarySettledListener = (ackIds: string[], seconds: number | undefined) => void;
+
 /**
  * Publishing and the pull/ack/modack cycle, each state change one script: publish.ts stores
  * messages, pull.ts leases them, settlement.ts acknowledges them and changes their deadlines.
@@ -51,6 +54,7 @@ export class DeliveryService {
   private readonly publisher: Publisher;
   private readonly puller: Puller;
   private readonly settlement: Settlement;
+  private readonly unarySettledListeners = new Set<UnarySettledListener>();
 
   constructor(
     private readonly regions: Regions,
@@ -88,7 +92,9 @@ export class DeliveryService {
   async acknowledgeEach(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
-    return this.acknowledgeDeliveries(record, request.ackIds);
+    const outcome = await this.acknowledgeDeliveries(record, request.ackIds);
+    this.announceUnarySettled(outcome.applied, undefined);
+    return outcome;
   }
 
   async modifyAckDeadline(caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {
@@ -104,7 +110,22 @@ export class DeliveryService {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
     const record = await this.subscriptions.read(name);
     await this.checkSubscribeRegion(record);
-    return this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds);
+    const outcome = await this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds);
+    this.announceUnarySettled(outcome.applied, request.ackDeadlineSeconds);
+    return outcome;
+  }
+
+  /**
+   * Hears of the acks (`seconds` undefined) and deadline changes (0 = nack) that unary calls
+   * applied: streams of this node that hold those deliveries count them (streams.ts).
+   */
+  onUnarySettled(listener: UnarySettledListener): void {
+    this.unarySettledListeners.add(listener);
+  }
+
+  private announceUnarySettled(ackIds: string[], seconds: number | undefined): void {
+    if (ackIds.length === 0) return;
+    for (const listener of this.unarySettledListeners) listener(ackIds, seconds);
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */

@@ -265,6 +265,24 @@ export class StreamingSession {
     if (this.record!.enableExactlyOnceDelivery) this.send({ modifyAckDeadlineConfirmation: confirmation });
   }
 
+  /**
+   * Acks (`seconds` undefined) and deadline changes of deliveries that a unary call applied: an
+   * ack or a nack of one of this stream's deliveries frees its flow-control room, as an ack on
+   * the stream does; an extension moves the end of its lease.
+   */
+  settledElsewhere(ackIds: string[], seconds: number | undefined): void {
+    if (this.closed || this.outstanding.size === 0) return;
+    if (seconds === undefined || seconds === 0) {
+      if (seconds === 0 && this.record?.enableMessageOrdering) this.releaseCascaded(ackIds);
+      this.release({ applied: ackIds, failures: new Map() }, []);
+      return;
+    }
+    for (const ackId of ackIds) {
+      const entry = this.outstanding.get(ackId);
+      if (entry) entry.expiresAtMs = Date.now() + seconds * 1000;
+    }
+  }
+
   /** Forgets, for flow control, deliveries that are done: applied, or failed for good. */
   private release(outcome: SettleOutcome, finalFailures: AckFailureCode[]): void {
     let released = false;

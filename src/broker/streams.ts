@@ -17,7 +17,12 @@ export class StreamRegistry {
     private readonly delivery: DeliveryService,
     private readonly subscriptions: SubscriptionService,
     readonly heartbeatMs: number,
-  ) {}
+  ) {
+    // Official gRPC clients ack, nack and extend stream deliveries with unary calls, never on the stream.
+    delivery.onUnarySettled((ackIds, seconds) => {
+      for (const session of this.sessions) session.settledElsewhere(ackIds, seconds);
+    });
+  }
 
   /** `name` undefined: the stream's first frame names its subscription. */
   open(caller: CallContext, name: ResourceName | undefined, transport: StreamTransport): StreamingSession {
