@@ -34,7 +34,8 @@ export function unary<Request, Response>(
   return (call: ServerUnaryCall<Request, Response>, callback: sendUnaryData<Response>) => {
     const cancelled = new AbortController();
     call.on('cancelled', () => cancelled.abort());
-    run(call.request, grpcCaller(services.broker, cancelled.signal)).then(
+    // A handler that throws before its first await (a missing name) is answered like one that rejects.
+    new Promise<Response>((resolve) => resolve(run(call.request, grpcCaller(services.broker, cancelled.signal)))).then(
       (response) => callback(null, response),
       (error: unknown) => callback(statusOf(services, error)),
     );
