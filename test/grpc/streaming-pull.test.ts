@@ -16,7 +16,6 @@ import {
   ackConfirmation,
   ackIdsOf,
   hasMessages,
-  isHeartbeat,
   modConfirmation,
   type PullStream,
   type ReceivedMessage,
