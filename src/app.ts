@@ -94,14 +94,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.decorate('broker', broker);
   const { ctx } = broker;
 
-  if (options.grpc !== false) {
-    const grpc = createGrpcFrontEnd(broker, {
-      error: (message) => app.log.error(message),
-      call: options.logRequests ? (message) => app.log.info(message) : undefined,
-    });
-    shareWithGrpc(app.server, grpc);
-    app.addHook('onClose', () => grpc.close());
-  }
+  const grpc =
+    options.grpc === false
+      ? undefined
+      : createGrpcFrontEnd(broker, {
+          error: (message) => app.log.error(message),
+          call: options.logRequests ? (message) => app.log.info(message) : undefined,
+        });
+  if (grpc) shareWithGrpc(app.server, grpc);
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);
@@ -132,6 +132,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // Long polls and streams end first, so that closing does not wait for them.
   if (ownBroker) app.addHook('preClose', () => broker.close());
+  // Before the HTTP server closes: it waits for every connection it accepted, the gRPC ones too,
+  // and those end only once the gRPC server has finished their calls and closed their sessions.
+  // After the broker's own close, which ends the streams (a broker passed in ends them when its
+  // owner closes it, meanwhile).
+  if (grpc) app.addHook('preClose', () => grpc.close());
 
   // Twice the frame limit, so that the stream itself can answer an oversize frame with a
   // Pub/Sub error; beyond that the WebSocket layer closes with 1009.

@@ -39,7 +39,8 @@ export function unary<Request, Response>(
     const startedAt = Date.now();
     const logCall = (code: number) =>
       services.log.call?.(`gRPC ${call.getPath()} ${code} ${Date.now() - startedAt} ms`);
-    run(call.request, grpcCaller(services.broker, cancelled.signal)).then(
+    // A handler that throws before its first await (a missing name) is answered like one that rejects.
+    new Promise<Response>((resolve) => resolve(run(call.request, grpcCaller(services.broker, cancelled.signal)))).then(
       (response) => {
         logCall(0);
         callback(null, response);

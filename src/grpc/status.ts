@@ -14,8 +14,10 @@ export function grpcStatusOf(error: ApiError): Partial<ServiceError> & { code: G
   const code = GRPC_CODES[error.status] as GrpcStatus;
   const metadata = new Metadata();
   if (error.details?.length) {
+    // google.protobuf.Any keeps its proto field names (type_url) whatever the loader's keepCase:
+    // protobufjs builds the well-known types in, and a typeUrl key would be dropped unseen.
     const details = error.details.map(({ '@type': typeUrl, reason, domain, metadata: entries }) => ({
-      typeUrl,
+      type_url: typeUrl,
       value: encodeErrorInfo({ reason, domain, metadata: entries }),
     }));
     // grpc-js base64-encodes -bin metadata itself.
