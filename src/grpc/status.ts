@@ -14,8 +14,10 @@ export function grpcStatusOf(error: ApiError): Partial<ServiceError> & { code: G
   const code = GRPC_CODES[error.status] as GrpcStatus;
   const metadata = new Metadata();
   if (error.details?.length) {
+    // google.protobuf.Any is one of protobufjs's built-in types, whose fields keep their
+    // snake_case names (the loader's camelCase applies to the vendored protos only).
     const details = error.details.map(({ '@type': typeUrl, reason, domain, metadata: entries }) => ({
-      typeUrl,
+      type_url: typeUrl,
       value: encodeErrorInfo({ reason, domain, metadata: entries }),
     }));
     // grpc-js base64-encodes -bin metadata itself.
