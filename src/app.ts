@@ -97,7 +97,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (options.grpc !== false) {
     const grpc = createGrpcFrontEnd(broker, { error: (message) => app.log.error(message) });
     shareWithGrpc(app.server, grpc);
-    app.addHook('onClose', () => grpc.close());
+    // Begun before the HTTP server closes, which waits for every connection it accepted, gRPC's
+    // too: those end only once the gRPC server has told its clients to go (GOAWAY) and its
+    // calls have ended (the broker ends the streams, in the preClose hook below).
+    let grpcClosed: Promise<void> | undefined;
+    app.addHook('preClose', async () => {
+      grpcClosed = grpc.close();
+    });
+    app.addHook('onClose', () => grpcClosed ?? grpc.close());
   }
 
   const routeList: RegisteredRoute[] = [];

@@ -12,6 +12,8 @@ import type { SubscriptionService } from './subscriptions.ts';
  */
 export class StreamRegistry {
   private readonly sessions = new Set<StreamingSession>();
+  /** Set by closeAll: a stream opened after it (a client reconnecting to a node that shuts down) ends at once. */
+  private closing = false;
 
   constructor(
     private readonly delivery: DeliveryService,
@@ -25,6 +27,8 @@ export class StreamRegistry {
       heartbeatMs: this.heartbeatMs,
     });
     this.sessions.add(session);
+    // After the caller has the session: its transport may name it when it closes.
+    if (this.closing) queueMicrotask(() => session.fail(shuttingDown()));
     return session;
   }
 
@@ -40,8 +44,11 @@ export class StreamRegistry {
 
   /** Ends every stream with UNAVAILABLE, which official clients treat as "reconnect". */
   async closeAll(): Promise<void> {
-    for (const session of this.sessions) session.fail(unavailable('The server is shutting down; reconnect.'));
+    this.closing = true;
+    for (const session of this.sessions) session.fail(shuttingDown());
     await this.settled();
     this.sessions.clear();
   }
 }
+
+const shuttingDown = () => unavailable('The server is shutting down; reconnect.');
