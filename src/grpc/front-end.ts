@@ -34,10 +34,14 @@ export function createGrpcFrontEnd(broker: Broker, log: GrpcLog): GrpcFrontEnd {
     services: ['google.pubsub.v1.Publisher', 'google.pubsub.v1.Subscriber'],
   }).addToServer(server);
   const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
+  let closing = false;
   return {
-    injectConnection: (socket) => injector.injectConnection(socket),
+    // A connection that comes once closing began is refused: the server would no longer track
+    // it, and its calls would keep the process from ending. Its client retries elsewhere or later.
+    injectConnection: (socket) => (closing ? socket.destroy() : injector.injectConnection(socket)),
     close: () =>
       new Promise((resolve) => {
+        closing = true;
         const force = setTimeout(() => server.forceShutdown(), SHUTDOWN_GRACE_MS);
         server.tryShutdown(() => {
           clearTimeout(force);
