@@ -3,8 +3,9 @@
 // variant of test/streaming/multi-process.test.ts with raw WebSocket subscribers). Publishers
 // use the official client too. Each subscriber is a PubSub of its own pointed at a random
 // process; for the first seconds they keep closing (the client nacks what it holds and flushes
-// its acks) and reopening, on a random process again. Every message is acked with
-// ackWithResponse(): each message ID gets SUCCESS exactly once, and none is lost.
+// its acks) and reopening, on a random process again, and a few first deliveries are nacked.
+// Every message is acked with ackWithResponse(): each message ID gets SUCCESS exactly once, and
+// none is lost.
 //
 // This takes over a minute: the client asks for 60 s leases on an exactly-once subscription
 // (streamAckDeadlineSeconds 60, whatever its minAckDeadline), and messages the broker had sent
@@ -28,6 +29,7 @@ const MESSAGES = Number(process.env.MESSAGES ?? 2000);
 const PUBLISHERS = 2;
 const SUBSCRIBERS = 4;
 const DISRUPT_FOR_MS = 5_000;
+const NACK_PROBABILITY = 0.03;
 /** The leases of what was in flight on a closed stream run out 60 s after the last close. */
 const BUDGET_MS = DISRUPT_FOR_MS + 60_000 + 20_000;
 
@@ -51,6 +53,7 @@ t.test('official-client subscribers on two processes: every message acked succes
   const successes = new Map<string, number>();
   const problems: string[] = [];
   const deliveredVia = [0, 0];
+  const nacked = new Set<string>();
   const stats = { deliveries: 0, reopened: 0, switched: 0, givenUp: 0 };
   let stopped = false;
   const allAcked = () => published.size === MESSAGES && [...published].every((id) => successes.has(id));
@@ -72,6 +75,12 @@ t.test('official-client subscribers on two processes: every message acked succes
         stats.deliveries++;
         deliveredVia[index]++;
         await sleep(rnd.int(0, 20));
+        // Some first deliveries are nacked: they come back, to this subscriber or another.
+        if (!nacked.has(message.id) && rnd.chance(NACK_PROBABILITY)) {
+          nacked.add(message.id);
+          message.nack();
+          return;
+        }
         try {
           const response = await message.ackWithResponse();
           if (response === client.AckResponses.Success) {
@@ -142,5 +151,8 @@ t.test('official-client subscribers on two processes: every message acked succes
   t.same(problems, [], 'no subscription error, no unexpected ack result');
   t.ok(stats.reopened >= SUBSCRIBERS && stats.switched > 0, 'subscribers reopened, some on the other process');
   t.ok(deliveredVia[0] > 0 && deliveredVia[1] > 0, 'both processes delivered');
-  t.ok(stats.deliveries > MESSAGES, `closing subscribers caused redeliveries (${stats.deliveries - MESSAGES})`);
+  t.ok(
+    stats.deliveries >= MESSAGES + nacked.size,
+    `nacks and closing subscribers caused redeliveries (${stats.deliveries - MESSAGES}, ${nacked.size} nacks)`,
+  );
 });
