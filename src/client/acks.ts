@@ -75,7 +75,8 @@ export class Acks {
   private ackFrames: SentFrame[] = [];
   /** Nacks and lease extensions, in the order sent (the broker confirms them in this order). */
   private modFrames: SentFrame[] = [];
-  private route: 'stream' | 'rest' | 'closed' = 'stream';
+  /** 'held': closing, acks and nacks wait for the stream to close (see holdUntilStreamCloses). */
+  private route: 'stream' | 'held' | 'rest' | 'closed' = 'stream';
   /** REST acks and nacks (while closing), one request at a time so that their order holds. */
   private restChain: Promise<void> = Promise.resolve();
   private flushTimer?: Timer;
@@ -137,6 +138,7 @@ export class Acks {
   flush(): void {
     if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
+    if (this.route === 'held') return;
     if (this.route === 'rest') {
       const batch = [...this.ackQueue, ...this.nackQueue];
       this.ackQueue = [];
@@ -239,10 +241,15 @@ export class Acks {
   }
 
   /**
-   * From close() on, acks and nacks go over REST, never on the stream: on it they would free
-   * flow-control room, and the broker would hand out messages that may then be lost with the
-   * socket. Sends what is queued.
+   * From close() on, acks and nacks wait until the stream has closed, and then go over REST: the
+   * broker frees a stream's flow-control room for an ack or a nack wherever it comes from, and
+   * would hand out messages on the closing stream that may then be lost with the socket.
    */
+  holdUntilStreamCloses(): void {
+    this.route = 'held';
+  }
+
+  /** The stream has closed: what is queued, and every later ack and nack, goes over REST. */
   sendOverRest(): void {
     this.route = 'rest';
     this.flush();
@@ -272,7 +279,7 @@ export class Acks {
     if (settlement.queued) return;
     settlement.queued = true;
     (settlement.kind === 'ack' ? this.ackQueue : this.nackQueue).push(settlement);
-    if (this.flushTimer === undefined && (this.ctx.stream.isOpen || this.route === 'rest')) {
+    if (this.flushTimer === undefined && this.route !== 'held' && (this.ctx.stream.isOpen || this.route === 'rest')) {
       this.flushTimer = setTimeout(() => this.flush(), ACK_BATCH_MS);
     }
   }

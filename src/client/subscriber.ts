@@ -174,10 +174,10 @@ export class Subscriber {
   // --- closing -------------------------------------------------------------------------------
 
   /**
-   * close(): from here on acks and nacks go over REST, never on the stream, so that the broker
-   * gets no room to hand out more (messages that still arrive are nacked too). Leases are
-   * renewed while running handlers finish; then the broker confirms it has read what was sent on
-   * the stream before, and the stream closes.
+   * close(): from here on acks and nacks wait, and go over REST once the stream has closed, so
+   * that the broker gets no room to hand out more on it (messages that still arrive are nacked
+   * too). Leases are renewed while running handlers finish; then the broker confirms it has read
+   * what was sent on the stream before, the stream closes, and the acks and nacks are sent.
    */
   private async shutdown(): Promise<void> {
     if (this.currentState === 'closed') return;
@@ -186,7 +186,7 @@ export class Subscriber {
     this.leases.stop();
     this.stream.stop();
     this.setState('closing');
-    this.acks.sendOverRest();
+    this.acks.holdUntilStreamCloses();
     this.leases.nackWaiting(); // what the handler has not seen goes back
     await this.waitUntil(() => this.leases.running === 0, deadline);
     this.leases.nackHeld();
@@ -197,6 +197,7 @@ export class Subscriber {
       await this.waitUntil(() => barrier.gone() || (barrier.answered() && this.acks.allConfirmed()), deadline);
     }
     this.stream.close();
+    this.acks.sendOverRest();
     await this.acks.drain();
     this.finish(undefined);
   }
