@@ -152,7 +152,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   const close = async () => {
     clearInterval(janitor);
     // Long polls and streams end first, so that closing does not wait for them.
-    await streams.closeAll();
+    await streams.close();
     delivery.close();
     await Promise.all(regions.all.map((region) => region.wakeups.close()));
     await controlPlane.stop();

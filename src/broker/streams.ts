@@ -48,11 +48,16 @@ export class StreamRegistry {
     await Promise.all([...this.sessions].map((session) => session.drained()));
   }
 
-  /** Ends every stream with UNAVAILABLE, which official clients treat as "reconnect". */
+  /** Ends every open stream with UNAVAILABLE, which official clients treat as "reconnect". */
   async closeAll(): Promise<void> {
-    this.closing = true;
     for (const session of this.sessions) session.fail(shuttingDown());
     await this.settled();
     this.sessions.clear();
+  }
+
+  /** Shutdown: ends every stream, and from now on every stream that opens. */
+  close(): Promise<void> {
+    this.closing = true;
+    return this.closeAll();
   }
 }
