@@ -118,7 +118,7 @@ export class StreamingSession {
   ) {
     this.firstFrameTimer = setTimeout(() => {
       const seconds = (2 * options.heartbeatMs) / 1000;
-      this.fail(new ApiError('DEADLINE_EXCEEDED', `No first streaming pull frame within ${seconds} s.`));
+      this.fail(new ApiError('DEADLINE_EXCEEDED', `No first streaming pull request within ${seconds} s.`));
     }, 2 * options.heartbeatMs);
     this.firstFrameTimer.unref();
   }
@@ -179,11 +179,11 @@ export class StreamingSession {
       this.name = parseResourceName('subscriptions', frame.subscription);
     } else if (frame.subscription !== undefined && frame.subscription !== this.name.full) {
       throw invalidArgument(
-        `The subscription in the first frame (${frame.subscription}) does not match the path (${this.name.full}).`,
+        `The subscription in the first streaming pull request (${frame.subscription}) does not match the path (${this.name.full}).`,
       );
     }
     if (frame.streamAckDeadlineSeconds === undefined) {
-      throw invalidArgument('The first streaming pull frame must set streamAckDeadlineSeconds (10 to 600).');
+      throw invalidArgument('The first streaming pull request must set streamAckDeadlineSeconds (10 to 600).');
     }
     clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
@@ -213,7 +213,7 @@ export class StreamingSession {
       'protocolVersion',
     ] as const) {
       if (frame[field] !== undefined)
-        throw invalidArgument(`"${field}" may only be set in the first streaming pull frame.`);
+        throw invalidArgument(`"${field}" may only be set in the first streaming pull request.`);
     }
   }
 
