@@ -16,7 +16,7 @@
  *   BENCH_LATENCY_BATCH     messages per publish request in it (default 10)
  *   BENCH_BULLMQ_E2E_WORKERS      BullMQ Workers of the end-to-end baseline (default 4)
  *   BENCH_BULLMQ_E2E_CONCURRENCY  concurrency of each of them (default 100)
- *   BENCH_CLIENT_MESSAGES   messages per workload of the client comparison (default 50000)
+ *   BENCH_CLIENT_MESSAGES   messages per workload of the client comparison (default 30000)
  *   BENCH_CLIENT_PUBLISH_WINDOW  unresolved publishMessage calls of the official client (default 5000)
  *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
  *   BENCH_BROKER_ENTRY      broker entry file (default: the dist/server.mjs bundle that npm start runs; src/server.ts runs through tsx)
@@ -100,7 +100,7 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     latencyBatch: positiveInt(env, 'BENCH_LATENCY_BATCH', 10),
     bullmqE2eWorkers: positiveInt(env, 'BENCH_BULLMQ_E2E_WORKERS', 4),
     bullmqE2eConcurrency: positiveInt(env, 'BENCH_BULLMQ_E2E_CONCURRENCY', 100),
-    clientMessages: positiveInt(env, 'BENCH_CLIENT_MESSAGES', 50_000),
+    clientMessages: positiveInt(env, 'BENCH_CLIENT_MESSAGES', 30_000),
     clientPublishWindow: positiveInt(env, 'BENCH_CLIENT_PUBLISH_WINDOW', 5000),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
