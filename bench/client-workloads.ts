@@ -115,7 +115,7 @@ export async function officialPublishWorkload(options: {
  * Drains a subscription's backlog of exactly `messages` messages with a streaming client (the
  * official one over gRPC, or src/client over WebSocket), acking each message as it arrives.
  * Rate = messages / (subscriber opened -> every message received and the subscriber closed,
- * i.e. its last acks applied). Fails unless all arrive and the backlog is empty afterwards.
+ * i.e. its last acks applied). Fails unless all arrive and none is left ready afterwards.
  */
 export async function streamingReceiveWorkload(options: {
   workload: string;
@@ -139,10 +139,12 @@ export async function streamingReceiveWorkload(options: {
   });
   if (result.messages !== options.messages)
     throw new Error(`${options.workload}: received ${result.messages} distinct messages of ${options.messages}`);
+  // A lease left over is a redelivery that was in flight when the subscriber closed (it runs out
+  // by itself): counted in the notes. A message still ready was never delivered.
   const backlog = await subscriptionBacklog(options.admin, options.keyPrefix, options.subscriptionId);
-  if (!backlog || backlog.ready > 0 || backlog.leased > 0)
+  if (!backlog || backlog.ready > 0)
     throw new Error(
-      `${options.workload}: ${backlog?.ready} messages still ready and ${backlog?.leased} leased after all were received and acked`,
+      `${options.workload}: ${backlog?.ready} messages still ready (${backlog?.leased} leased) after all were received and acked`,
     );
   return {
     workload: options.workload,
@@ -153,6 +155,7 @@ export async function streamingReceiveWorkload(options: {
     notes: {
       receivedSeconds: Math.round((result.receivedSeconds ?? 0) * 1000) / 1000,
       duplicates: result.duplicates ?? 0,
+      leasedAfterClose: backlog.leased,
       ...(options.maxMessages ? { flowControlMaxMessages: options.maxMessages } : {}),
     },
   };
