@@ -7,7 +7,7 @@
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, memory, bullmq, ordered,
- *                           streaming, regions (default all)
+ *                           streaming, regions, clients (default all)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -16,6 +16,8 @@
  *   BENCH_LATENCY_BATCH     messages per publish request in it (default 10)
  *   BENCH_BULLMQ_E2E_WORKERS      BullMQ Workers of the end-to-end baseline (default 4)
  *   BENCH_BULLMQ_E2E_CONCURRENCY  concurrency of each of them (default 100)
+ *   BENCH_CLIENT_MESSAGES   messages per workload of the client comparison (default 30000)
+ *   BENCH_CLIENT_PUBLISH_WINDOW  unresolved publishMessage calls of the official client (default 5000)
  *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
  *   BENCH_BROKER_ENTRY      broker entry file (default: the dist/server.mjs bundle that npm start runs; src/server.ts runs through tsx)
  *   BENCH_REDIS_SERVER      redis-server binary (default: redis-server on PATH)
@@ -34,6 +36,7 @@ export const WORKLOAD_NAMES = [
   'ordered',
   'streaming',
   'regions',
+  'clients',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
@@ -51,6 +54,8 @@ export interface BenchConfig {
   latencyBatch: number;
   bullmqE2eWorkers: number;
   bullmqE2eConcurrency: number;
+  clientMessages: number;
+  clientPublishWindow: number;
   only: Set<WorkloadName>;
   brokerNodeArgs: string[];
   brokerEntry?: string;
@@ -95,6 +100,8 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     latencyBatch: positiveInt(env, 'BENCH_LATENCY_BATCH', 10),
     bullmqE2eWorkers: positiveInt(env, 'BENCH_BULLMQ_E2E_WORKERS', 4),
     bullmqE2eConcurrency: positiveInt(env, 'BENCH_BULLMQ_E2E_CONCURRENCY', 100),
+    clientMessages: positiveInt(env, 'BENCH_CLIENT_MESSAGES', 30_000),
+    clientPublishWindow: positiveInt(env, 'BENCH_CLIENT_PUBLISH_WINDOW', 5000),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     brokerEntry: env.BENCH_BROKER_ENTRY || undefined,

@@ -4,7 +4,7 @@
  * RSS is sampled from /proc; for the regions workload, one redis-server and one broker per region. Everything registered here is torn down by `cleanup()`, which
  * run.ts calls on normal exit, on errors, and on SIGINT/SIGTERM.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -272,6 +272,23 @@ export async function startBroker(options: {
     child,
     stop: () => stopChild(child, 10_000),
   };
+}
+
+// ------------------------------------------------------------------ client children
+
+/**
+ * A Node script of the bench as a child process with an IPC channel (through tsx), stopped by
+ * cleanup() like the broker: for clients whose CPU should not share the bench process.
+ */
+export function forkScript(script: string, env: Record<string, string>): ChildProcess {
+  const child = fork(script, [], {
+    env: { ...process.env, ...env },
+    execArgv: ['--import=tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
 }
 
 // ------------------------------------------------------------------ RSS sampling

@@ -69,7 +69,37 @@ export const KEYS = {
   bullE2e: 'BullMQ end-to-end',
   publishRegions: 'publish (2 regions, split)',
   pullRegions: 'pull+ack (2 regions, via one)',
+  clientPublishGrpc: 'publish, official client (gRPC)',
+  clientPublishRest: 'publish, official client (REST)',
+  clientPublishRaw: 'publish, bench HTTP client (REST)',
+  clientReceiveGrpc: 'receive, official client (gRPC StreamingPull)',
+  clientReceiveGrpcOpen: 'receive, official client (gRPC, window = backlog)',
+  clientReceiveWs: 'receive, src/client (WebSocket)',
+  clientPullRaw: 'pull+ack, bench HTTP client (REST)',
 } as const;
+
+/** The client comparison's rows: workload key, what it does, which transport and client. */
+export const CLIENT_ROWS = [
+  { key: KEYS.clientPublishGrpc, what: 'publish', transport: 'gRPC', client: '@google-cloud/pubsub' },
+  { key: KEYS.clientPublishRest, what: 'publish', transport: 'REST', client: '@google-cloud/pubsub' },
+  { key: KEYS.clientPublishRaw, what: 'publish', transport: 'REST', client: 'bench HTTP client' },
+  { key: KEYS.clientReceiveGrpc, what: 'receive+ack', transport: 'gRPC stream', client: '@google-cloud/pubsub' },
+  {
+    key: KEYS.clientReceiveGrpcOpen,
+    what: 'receive+ack',
+    transport: 'gRPC stream',
+    client: '@google-cloud/pubsub, maxMessages = backlog',
+  },
+  { key: KEYS.clientReceiveWs, what: 'receive+ack', transport: 'WebSocket', client: 'src/client' },
+  { key: KEYS.clientPullRaw, what: 'receive+ack', transport: 'REST pull', client: 'bench HTTP client' },
+] as const;
+
+/** Broker CPU microseconds per message of a workload's phase. */
+export function brokerUsPerMessage(results: BenchResults, key: string): number | undefined {
+  const cpu = results.cpu[key];
+  const w = results.workloads[key];
+  return cpu && w ? (cpu.brokerCpuSeconds * 1e6) / w.messages : undefined;
+}
 
 /** The latency kind of the streaming latency workload (publish request sent -> message received). */
 export const E2E_LATENCY = 'publish->delivery';
@@ -89,6 +119,8 @@ const BARS = {
   streamP99Ms: 50,
   streamRatio: 4,
   regionsShare: 0.7,
+  grpcCpuShare: 1.5,
+  grpcReceive: 15_000,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -110,6 +142,10 @@ export function computeRatios(results: BenchResults): void {
     'streaming end-to-end / BullMQ end-to-end': ratio(rate(results, KEYS.streamE2e), rate(results, KEYS.bullE2e)),
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
+    'broker CPU per streamed message, gRPC / WebSocket': ratio(
+      brokerUsPerMessage(results, KEYS.clientReceiveGrpc),
+      brokerUsPerMessage(results, KEYS.clientReceiveWs),
+    ),
   };
 }
 
@@ -230,6 +266,23 @@ export function computeBars(results: BenchResults): void {
     [KEYS.pullRegions, KEYS.pull],
   );
   below(
+    'broker CPU per streamed message, gRPC vs WebSocket',
+    results.ratios['broker CPU per streamed message, gRPC / WebSocket'] ?? undefined,
+    BARS.grpcCpuShare,
+    times,
+    '<= 1.50x',
+    true,
+    [KEYS.clientReceiveGrpc, KEYS.clientReceiveWs],
+  );
+  atLeast(
+    'official client streaming receive over gRPC',
+    rate(results, KEYS.clientReceiveGrpc),
+    BARS.grpcReceive,
+    fmtRate,
+    '>= 15,000 msg/s',
+    [KEYS.clientReceiveGrpc],
+  );
+  below(
     'broker max RSS',
     results.broker.maxRssBytes || undefined,
     BARS.rssBytes,
@@ -305,6 +358,9 @@ export function renderReport(results: BenchResults): string {
     KEYS.bullE2e,
     KEYS.publishRegions,
     KEYS.pullRegions,
+    KEYS.clientReceiveGrpc,
+    KEYS.clientReceiveGrpcOpen,
+    KEYS.clientReceiveWs,
   ]
     .filter((key) => results.workloads[key]?.notes)
     .map(
@@ -314,6 +370,39 @@ export function renderReport(results: BenchResults): string {
           .join(', ')}`,
     );
   if (notes.length) out.push(...notes);
+
+  const clientRows = CLIENT_ROWS.filter(({ key }) => results.workloads[key]).map(({ key, what, transport, client }) => {
+    const w = results.workloads[key];
+    const cpu = results.cpu[key];
+    const perMessage = (seconds: number | undefined) =>
+      seconds === undefined ? '-' : ((seconds * 1e6) / w.messages).toFixed(1);
+    return [
+      what,
+      transport,
+      client,
+      `${int(w.msgPerSec)}${cpu?.disturbed ? ' !' : ''}`,
+      perMessage(cpu?.brokerCpuSeconds),
+      perMessage(cpu?.clientCpuSeconds),
+      perMessage(cpu?.redisCpuSeconds),
+    ];
+  });
+  if (clientRows.length) {
+    out.push('');
+    out.push(
+      `Clients and transports (${int(results.workloads[CLIENT_ROWS.find(({ key }) => results.workloads[key])!.key].messages)} messages of 1 KB each; CPU in µs per message)`,
+    );
+    out.push(
+      table(['workload', 'transport', 'client', 'msg/s', 'broker', 'client', 'redis'], clientRows, [
+        false,
+        false,
+        false,
+        true,
+        true,
+        true,
+        true,
+      ]),
+    );
+  }
 
   if (results.memory) {
     const m = results.memory;

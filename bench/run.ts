@@ -16,6 +16,7 @@ import {
   type ThroughputResult,
 } from './broker-workloads.ts';
 import { messageOrigin } from '../src/broker/message-ids.ts';
+import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from './client-workloads.ts';
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
@@ -202,6 +203,9 @@ async function main(): Promise<void> {
       latencyMessagesPerRequest: config.latencyBatch,
       bullmqE2eWorkers: config.bullmqE2eWorkers,
       bullmqE2eWorkerConcurrency: config.bullmqE2eConcurrency,
+      ...(runs('clients')
+        ? { clientMessages: config.clientMessages, clientPublishWindow: config.clientPublishWindow }
+        : {}),
       publishBatch: config.publishBatch,
       pullMaxMessages: config.pullMax,
       dataBytes: config.dataBytes,
@@ -245,7 +249,10 @@ async function main(): Promise<void> {
     const single: Deployment = { brokers: { '': broker.pid }, redis: { '': redis } };
     /** Every broker and Redis this run started: their CPU is never "other". */
     const ownPids = [broker.pid, redis.pid];
-    const ownCpu = () => ownPids.reduce((sum, pid) => sum + processCpuSeconds(pid), clientCpuSeconds());
+    /** Client processes besides this one (the client comparison's worker): their CPU is the client's. */
+    const clientPids: number[] = [];
+    const allClientCpu = () => clientPids.reduce((sum, pid) => sum + processCpuSeconds(pid), clientCpuSeconds());
+    const ownCpu = () => ownPids.reduce((sum, pid) => sum + processCpuSeconds(pid), allClientCpu());
 
     /** Runs one measured phase on `on` (the single-region broker and Redis unless told otherwise). */
     const measure = async <T>(phase: string, fn: () => Promise<T>, on: Deployment = single): Promise<T> => {
@@ -271,7 +278,7 @@ async function main(): Promise<void> {
         wall: performance.now(),
         processes: processes.map(({ pid }) => processCpuSeconds(pid)),
         own: ownCpu(),
-        client: clientCpuSeconds(),
+        client: allClientCpu(),
         machine: machineBusySeconds(),
       };
       const value = await fn();
@@ -279,7 +286,7 @@ async function main(): Promise<void> {
       const used = processes.map(({ pid }, i) => processCpuSeconds(pid) - before.processes[i]);
       const sumOf = (kind: 'broker' | 'redis') =>
         processes.reduce((sum, { kind: k }, i) => sum + (k === kind ? used[i] : 0), 0);
-      const clientCpu = clientCpuSeconds() - before.client;
+      const clientCpu = allClientCpu() - before.client;
       const wallSeconds = (performance.now() - before.wall) / 1000;
       const otherCpuSeconds = Math.max(0, machineBusySeconds() - before.machine - (ownCpu() - before.own));
       results.cpu[phase] = {
@@ -575,6 +582,130 @@ async function main(): Promise<void> {
       }
     };
 
+    /**
+     * The client comparison: a fresh topic with one subscription per round; one publisher fills
+     * it (the official client over gRPC or REST, or the bench's HTTP client over REST), then one
+     * subscriber drains it (the official client over gRPC StreamingPull, src/client over
+     * WebSocket, or the bench's HTTP client with unary pull+ack). Publish and receive are
+     * separate phases: a receive phase times a backlog that is already stored. A round without a
+     * publish key fills its topic unmeasured. The clients other than the bench's HTTP client run
+     * in a child process (bench/client-worker.ts).
+     */
+    const clientsWorkload = async () => {
+      const worker = await ClientWorker.start(`127.0.0.1:${broker!.port}`);
+      log(`client worker (pid ${worker.pid})`);
+      clientPids.push(worker.pid);
+      onCleanup(() => worker.close());
+      type Round = {
+        topic: string;
+        publisher: 'grpc' | 'rest' | 'raw';
+        subscriber: 'grpc' | 'ws' | 'raw';
+        publish?: string;
+        receive: string;
+        /** The official client's flowControl.maxMessages: the whole backlog. */
+        windowIsBacklog?: boolean;
+      };
+      const rounds: Round[] = [
+        {
+          topic: 'grpc',
+          publisher: 'grpc',
+          subscriber: 'grpc',
+          publish: KEYS.clientPublishGrpc,
+          receive: KEYS.clientReceiveGrpc,
+        },
+        {
+          topic: 'grpc-open',
+          publisher: 'raw',
+          subscriber: 'grpc',
+          receive: KEYS.clientReceiveGrpcOpen,
+          windowIsBacklog: true,
+        },
+        {
+          topic: 'rest',
+          publisher: 'rest',
+          subscriber: 'ws',
+          publish: KEYS.clientPublishRest,
+          receive: KEYS.clientReceiveWs,
+        },
+        {
+          topic: 'raw',
+          publisher: 'raw',
+          subscriber: 'raw',
+          publish: KEYS.clientPublishRaw,
+          receive: KEYS.clientPullRaw,
+        },
+      ];
+      const round = async (spec: Round, topicId: string, count: number, measured: boolean) => {
+        await createTopic(client, topicId, [{ id: topicId }]);
+        const publish = () =>
+          spec.publisher === 'raw'
+            ? publishWorkload({
+                workload: spec.publish ?? `${spec.receive} (backlog)`,
+                client,
+                topicId,
+                messages: count,
+                batch: config.publishBatch,
+                concurrency: c,
+                bodies,
+                timeoutMs: config.timeoutMs,
+              })
+            : officialPublishWorkload({
+                workload: spec.publish ?? `${spec.receive} (backlog)`,
+                worker,
+                transport: spec.publisher,
+                topicId,
+                messages: count,
+                window: config.clientPublishWindow,
+              });
+        const receive = () =>
+          spec.subscriber === 'raw'
+            ? pullAckWorkload({
+                workload: spec.receive,
+                client,
+                subscriptionId: topicId,
+                messages: count,
+                maxMessages: config.pullMax,
+                concurrency: c,
+                timeoutMs: config.timeoutMs,
+              })
+            : streamingReceiveWorkload({
+                workload: spec.receive,
+                worker,
+                transport: spec.subscriber,
+                admin,
+                keyPrefix: KEY_PREFIX,
+                subscriptionId: topicId,
+                messages: count,
+                timeoutMs: config.timeoutMs,
+                maxMessages: spec.windowIsBacklog ? count : undefined,
+              });
+        if (measured && spec.publish) record(spec.publish, await measure(spec.publish, publish));
+        else await publish();
+        if (measured) record(spec.receive, await measure(spec.receive, receive));
+        else await receive();
+        await deleteTopic(client, topicId, [topicId]);
+      };
+      try {
+        if (config.warmupMessages > 0) {
+          const warm = roundToBatch(config.warmupMessages);
+          log(`warm-up clients (${warm} messages per client)...`);
+          // Every client and transport once; the gRPC receive with the window that never fills.
+          for (const spec of [rounds[0], rounds[2]]) {
+            await round(
+              { ...spec, windowIsBacklog: spec.subscriber === 'grpc' },
+              `warmup-clients-${spec.topic}`,
+              warm,
+              false,
+            );
+          }
+        }
+        const count = roundToBatch(config.clientMessages);
+        for (const spec of rounds) await round(spec, `bench-clients-${spec.topic}`, count, true);
+      } finally {
+        await worker.close();
+      }
+    };
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -679,6 +810,7 @@ async function main(): Promise<void> {
       await deleteTopic(client, 'bench-stream-paced', ['bench-stream-paced']);
       record(KEYS.bullE2e, await measure(KEYS.bullE2e, () => bullmqEndToEnd(KEYS.bullE2e, 'bench-e2e', messages)));
     }
+    if (runs('clients')) await clientsWorkload();
     if (runs('memory')) {
       const memory = await measure('memory (2 subs, retained)', () =>
         memoryWorkload({
