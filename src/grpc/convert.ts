@@ -42,11 +42,19 @@ export function durationFromJson(value: string): ProtoDuration {
   return { seconds: match[1], nanos: match[2] ? Number(match[2].padEnd(9, '0')) : 0 };
 }
 
-/** An RFC 3339 timestamp in UTC as the broker writes them ("2026-12-02T10:00:00.123456Z"). */
+let lastTimestamp = { json: '', proto: { seconds: 0, nanos: 0 } as ProtoTimestamp };
+
+/**
+ * An RFC 3339 timestamp in UTC as the broker writes them ("2026-12-02T10:00:00.123456Z"). The
+ * messages of one publish share their publish time, so the last one converted is kept (callers
+ * never change the object they get).
+ */
 export function timestampFromJson(value: string): ProtoTimestamp {
+  if (value === lastTimestamp.json) return lastTimestamp.proto;
   const fraction = value.length > 20 ? value.slice(20, -1) : '';
   const seconds = Date.parse(`${value.slice(0, 19)}Z`) / 1000;
-  return { seconds, nanos: fraction ? Number(fraction.padEnd(9, '0')) : 0 };
+  lastTimestamp = { json: value, proto: { seconds, nanos: fraction ? Number(fraction.padEnd(9, '0')) : 0 } };
+  return lastTimestamp.proto;
 }
 
 /** A Timestamp as RFC 3339 in UTC, with as many fractional digits as it has. */

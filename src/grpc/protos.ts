@@ -1,6 +1,10 @@
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import protobuf from 'protobufjs';
+import type { ReceivedMessage } from '../broker/pull.ts';
+import type { StreamingPullResponse } from '../broker/streaming.ts';
 import { packagePath } from '../paths.ts';
+import { receivedMessagesProto } from './received-proto.ts';
 
 /**
  * The google.pubsub.v1 services as the gRPC front end serves them, from the vendored protos
@@ -28,8 +32,38 @@ interface PubsubPackage {
 
 const pubsub = (grpc.loadPackageDefinition(packageDefinition) as unknown as PubsubPackage).google.pubsub.v1;
 
+/**
+ * The same protos as protobufjs types, for the fields of a StreamingPullResponse besides its
+ * messages, encoded straight from the broker's objects, which have protobufjs's shape.
+ */
+const root = new protobuf.Root();
+root.resolvePath = (_origin, target) => (target.startsWith('google/protobuf/') ? target : packagePath('proto', target));
+root.loadSync('google/pubsub/v1/pubsub.proto');
+const StreamingPullResponseType = root.lookupType('google.pubsub.v1.StreamingPullResponse');
+
+/**
+ * The responses that carry messages are written from the broker's own objects, without the
+ * proto-loader conversion of every message into objects of its own: the messages by
+ * received-proto.ts, the other fields by protobufjs.
+ */
+function encodeStreamingPullResponse({ receivedMessages, ...rest }: StreamingPullResponse): Buffer {
+  const others = Object.keys(rest).length > 0 ? StreamingPullResponseType.encode(rest).finish() : undefined;
+  if (receivedMessages) return receivedMessagesProto(receivedMessages, others);
+  return others ? Buffer.from(others.buffer, others.byteOffset, others.length) : Buffer.alloc(0);
+}
+
+const subscriber = pubsub.Subscriber.service;
+
 export const PUBLISHER_SERVICE = pubsub.Publisher.service;
-export const SUBSCRIBER_SERVICE = pubsub.Subscriber.service;
+export const SUBSCRIBER_SERVICE: grpc.ServiceDefinition = {
+  ...subscriber,
+  Pull: {
+    ...subscriber.Pull,
+    responseSerialize: (response: { receivedMessages: ReceivedMessage[] }) =>
+      receivedMessagesProto(response.receivedMessages),
+  },
+  StreamingPull: { ...subscriber.StreamingPull, responseSerialize: encodeStreamingPullResponse },
+};
 
 /** A message type's encoder, for what goes into metadata rather than a response (status details). */
 export function serializerOf(typeName: string): (value: object) => Buffer {

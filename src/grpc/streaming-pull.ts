@@ -3,7 +3,6 @@ import type { StreamTransport } from '../broker/streaming.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema } from '../schemas/streaming.ts';
 import { type GrpcServices, grpcCaller } from './calls.ts';
-import { streamingPullResponseProto } from './messages.ts';
 import { grpcStatusOf } from './status.ts';
 
 /**
@@ -20,7 +19,8 @@ export function streamingPull(services: GrpcServices, call: ServerDuplexStream<o
   const transport: StreamTransport = {
     send: (response) => {
       if (ended) return false;
-      if (!call.write(streamingPullResponseProto(response))) {
+      // Encoded by the method's serializer (protos.ts).
+      if (!call.write(response)) {
         drained ??= new Promise((resolve) =>
           call.once('drain', () => {
             drained = undefined;

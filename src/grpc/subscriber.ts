@@ -2,7 +2,6 @@ import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grp
 import { parseBody } from '../schemas/common.ts';
 import { acknowledgeBodySchema, modifyAckDeadlineBodySchema, pullBodySchema } from '../schemas/subscriptions.ts';
 import { type GrpcServices, unary, unimplemented } from './calls.ts';
-import { receivedMessageProto } from './messages.ts';
 import {
   pageRequest,
   requestName,
@@ -66,8 +65,8 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
           { maxMessages: request.maxMessages ?? 0, returnImmediately: request.returnImmediately },
           'pull request',
         );
-        const received = await broker.delivery.pull(caller, name, body);
-        return { receivedMessages: received.map(receivedMessageProto) };
+        // Encoded by the method's serializer (protos.ts).
+        return { receivedMessages: await broker.delivery.pull(caller, name, body) };
       },
     ),
     Acknowledge: unary(services, async (request: SubscriptionRequest & { ackIds?: string[] }, caller) => {
