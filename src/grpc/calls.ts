@@ -1,7 +1,8 @@
 import type { sendUnaryData, ServerUnaryCall, UntypedHandleCall } from '@grpc/grpc-js';
 import type { Broker } from '../broker/broker.ts';
 import type { CallContext } from '../broker/call-context.ts';
-import { ApiError, unexpectedError } from '../errors.ts';
+import { ApiError, invalidArgument, unexpectedError } from '../errors.ts';
+import { UndecodableRequest } from './protos.ts';
 import { grpcStatusOf } from './status.ts';
 
 /** What the RPC handlers of the gRPC front end share: caller contexts, errors, the unary shape. */
@@ -40,7 +41,9 @@ export function unary<Request, Response>(
     const logCall = (code: number) =>
       services.log.call?.(`gRPC ${call.getPath()} ${code} ${Date.now() - startedAt} ms`);
     // A handler that throws before its first await (a missing name) is answered like one that rejects.
-    new Promise<Response>((resolve) => resolve(run(call.request, grpcCaller(services.broker, cancelled.signal)))).then(
+    new Promise<Response>((resolve) =>
+      resolve(run(decoded(call.request), grpcCaller(services.broker, cancelled.signal))),
+    ).then(
       (response) => {
         logCall(0);
         callback(null, response);
@@ -52,6 +55,12 @@ export function unary<Request, Response>(
       },
     );
   };
+}
+
+/** A decoded request, or INVALID_ARGUMENT for bytes that were not one (protos.ts). */
+export function decoded<Request>(request: Request | UndecodableRequest): Request {
+  if (request instanceof UndecodableRequest) throw invalidArgument(request.message);
+  return request;
 }
 
 /** The handler of an RPC the broker does not implement: UNIMPLEMENTED, naming it. */

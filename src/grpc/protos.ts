@@ -52,10 +52,36 @@ function encodeStreamingPullResponse({ receivedMessages, ...rest }: StreamingPul
   return others ? Buffer.from(others.buffer, others.byteOffset, others.length) : Buffer.alloc(0);
 }
 
+/**
+ * A request whose bytes are not the method's message. grpc-js answers a request that does not
+ * decode with INTERNAL, which clients take for a server fault (and retry); the decoders give this
+ * instead, and the handlers answer INVALID_ARGUMENT (calls.ts, streaming-pull.ts).
+ */
+export class UndecodableRequest {
+  constructor(readonly message: string) {}
+}
+
+function decodingSafely(service: grpc.ServiceDefinition): grpc.ServiceDefinition {
+  return Object.fromEntries(
+    Object.entries(service).map(([name, method]) => {
+      const decode = method.requestDeserialize;
+      const type = (method as { requestType?: { type?: { name?: string } } }).requestType?.type?.name ?? 'request';
+      const requestDeserialize = (bytes: Buffer) => {
+        try {
+          return decode(bytes);
+        } catch {
+          return new UndecodableRequest(`Invalid request: the bytes are not a google.pubsub.v1.${type} message.`);
+        }
+      };
+      return [name, { ...method, requestDeserialize }];
+    }),
+  );
+}
+
 const subscriber = pubsub.Subscriber.service;
 
-export const PUBLISHER_SERVICE = pubsub.Publisher.service;
-export const SUBSCRIBER_SERVICE: grpc.ServiceDefinition = {
+export const PUBLISHER_SERVICE = decodingSafely(pubsub.Publisher.service);
+export const SUBSCRIBER_SERVICE: grpc.ServiceDefinition = decodingSafely({
   ...subscriber,
   Pull: {
     ...subscriber.Pull,
@@ -63,7 +89,7 @@ export const SUBSCRIBER_SERVICE: grpc.ServiceDefinition = {
       receivedMessagesProto(response.receivedMessages),
   },
   StreamingPull: { ...subscriber.StreamingPull, responseSerialize: encodeStreamingPullResponse },
-};
+});
 
 /** A message type's encoder, for what goes into metadata rather than a response (status details). */
 export function serializerOf(typeName: string): (value: object) => Buffer {

@@ -2,7 +2,7 @@ import type { ServerDuplexStream } from '@grpc/grpc-js';
 import type { StreamTransport } from '../broker/streaming.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema } from '../schemas/streaming.ts';
-import { type GrpcServices, grpcCaller } from './calls.ts';
+import { decoded, type GrpcServices, grpcCaller } from './calls.ts';
 import { grpcStatusOf } from './status.ts';
 
 /**
@@ -42,7 +42,7 @@ export function streamingPull(services: GrpcServices, call: ServerDuplexStream<o
   };
   const session = broker.streams.open(grpcCaller(broker), undefined, transport);
   call.on('data', (request: object) =>
-    session.receive(() => parseBody(streamingPullFrameSchema, request, 'streaming pull request')),
+    session.receive(() => parseBody(streamingPullFrameSchema, decoded(request), 'streaming pull request')),
   );
   call.on('end', () => {
     broker.streams.closed(session);
