@@ -154,7 +154,22 @@ t.test('with an external Redis down, requests answer UNAVAILABLE and recover by 
     const { spawn } = await import('node:child_process');
     const child = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--save', ''],
+      // appendfsync always: with everysec, Redis may hold back its AOF writes for up to 2 s while
+      // an fsync is slow (a busy disk), and the SIGKILL below would lose the topic set up here.
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dataDir,
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'always',
+        '--save',
+        '',
+      ],
       { stdio: 'ignore' },
     );
     const client = new Redis(port, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
