@@ -24,7 +24,7 @@ export function grpcCaller(broker: Broker, signal?: AbortSignal): CallContext {
 
 /** The gRPC status for anything a handler threw; internal failures are logged, never echoed. */
 export function statusOf({ broker, log }: GrpcServices, error: unknown) {
-  const apiError = error instanceof ApiError ? error : unexpectedError(error, broker.ctx.redis);
+  const apiError = unexpectedError(error, broker.ctx.redis);
   if (apiError.status === 'INTERNAL') log.error(`gRPC call failed: ${(error as Error)?.stack ?? String(error)}`);
   return grpcStatusOf(apiError);
 }

@@ -1,5 +1,3 @@
-import { invalidArgument } from '../errors.ts';
-
 /**
  * Between the protobuf forms of the gRPC front end (protos.ts) and the JSON forms that the broker
  * services take and give (proto3's JSON mapping, as the REST front end speaks it): the well-known
@@ -23,8 +21,6 @@ export const SUBSCRIPTION_DURATIONS = [
   'retryPolicy.maximumBackoff',
   'cloudStorageConfig.maxDuration',
 ];
-
-const NANOS_PER_SECOND = 1_000_000_000;
 
 /** A Duration in JSON ("600s", "3.5s"); a negative one comes out as "-5s", which the services refuse. */
 export function durationToJson({ seconds = 0, nanos = 0 }: ProtoDuration): string {
@@ -55,18 +51,6 @@ export function timestampFromJson(value: string): ProtoTimestamp {
   const seconds = Date.parse(`${value.slice(0, 19)}Z`) / 1000;
   lastTimestamp = { json: value, proto: { seconds, nanos: fraction ? Number(fraction.padEnd(9, '0')) : 0 } };
   return lastTimestamp.proto;
-}
-
-/** A Timestamp as RFC 3339 in UTC, with as many fractional digits as it has. */
-export function timestampToJson({ seconds = 0, nanos = 0 }: ProtoTimestamp): string {
-  const millis = Number(seconds) * 1000;
-  if (!Number.isFinite(millis) || nanos < 0 || nanos >= NANOS_PER_SECOND) {
-    throw invalidArgument('Invalid timestamp: seconds or nanos out of range.');
-  }
-  const date = new Date(millis);
-  if (Number.isNaN(date.getTime())) throw invalidArgument('Invalid timestamp: seconds out of range.');
-  const fraction = nanos ? `.${String(nanos).padStart(9, '0').replace(/0+$/, '')}` : '';
-  return `${date.toISOString().slice(0, 19)}${fraction}Z`;
 }
 
 /** A FieldMask's paths (snake_case in protobuf) in the JSON form: one comma-separated string. */

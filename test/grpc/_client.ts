@@ -17,11 +17,13 @@ import type { Clock } from '../../src/broker/clock.ts';
 import { packageDefinition } from '../../src/grpc/protos.ts';
 import { packagePath } from '../../src/paths.ts';
 import { redisTargets, type RedisTarget, uniquePrefix } from '../helpers/redis.ts';
+import { hasMessages, sleep, StreamResponses, within } from '../helpers/stream-responses.ts';
+
+export { ackIdsOf, hasMessages, isHeartbeat, sleep } from '../helpers/stream-responses.ts';
 
 export const P = 'grpc-project';
 export const topicName = (id: string) => `projects/${P}/topics/${id}`;
 export const subName = (id: string) => `projects/${P}/subscriptions/${id}`;
-export const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
 
 interface PubsubPackage {
   google: { pubsub: { v1: Record<'Publisher' | 'Subscriber', grpc.ServiceClientConstructor> } };
@@ -106,10 +108,6 @@ export interface ReceivedMessage {
   };
 }
 
-export const isHeartbeat = (response: any) =>
-  response !== null && typeof response === 'object' && Object.keys(response).length === 0;
-export const hasMessages = (response: any) => Array.isArray(response?.receivedMessages);
-export const ackIdsOf = (messages: ReceivedMessage[]) => messages.map((m) => m.ackId);
 export const textOf = (m: ReceivedMessage) => m.message.data?.toString() ?? '';
 
 /** An acknowledgeConfirmation with its empty lists filled in (proto3 leaves them out on the wire). */
@@ -127,23 +125,17 @@ export const modConfirmation = (c: any) => ({
   temporaryFailedAckIds: c?.temporaryFailedAckIds ?? [],
 });
 
-/** One StreamingPull call: keeps every response, lets a test take the first pending one that matches. */
-export class PullStream {
+/** One StreamingPull call: keeps every response (test/helpers/stream-responses.ts) and how the call ended. */
+export class PullStream extends StreamResponses<ReceivedMessage> {
   readonly call: grpc.ClientDuplexStream<object, any>;
-  readonly responses: any[] = [];
-  private pending: any[] = [];
-  private readonly listeners = new Set<() => void>();
   /** How the call ended (set once grpc-js reports its status). */
   status?: grpc.StatusObject;
   readonly ended: Promise<grpc.StatusObject>;
 
   constructor(subscriber: grpc.Client) {
+    super('a response');
     this.call = (subscriber as unknown as { StreamingPull(): grpc.ClientDuplexStream<object, any> }).StreamingPull();
-    this.call.on('data', (response: any) => {
-      this.responses.push(response);
-      this.pending.push(response);
-      this.notify();
-    });
+    this.call.on('data', (response: any) => this.arrive(response));
     // Errors end the call; 'status' reports them too.
     this.call.on('error', () => {});
     this.ended = new Promise((resolve) =>
@@ -153,6 +145,11 @@ export class PullStream {
         this.notify();
       }),
     );
+  }
+
+  /** Every response, in arrival order. */
+  get responses(): any[] {
+    return this.arrived;
   }
 
   write(request: object): void {
@@ -168,51 +165,10 @@ export class PullStream {
     this.call.cancel();
   }
 
-  /** Takes (removes) the first pending response that matches, waiting up to timeoutMs for it. */
-  take(match: (response: any) => boolean = () => true, timeoutMs = 3000, what = 'a response'): Promise<any> {
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        const index = this.pending.findIndex(match);
-        if (index >= 0) {
-          done();
-          resolve(this.pending.splice(index, 1)[0]);
-        } else if (this.status) {
-          done();
-          reject(new Error(`call ended (${this.status.code} ${this.status.details}) while waiting for ${what}`));
-        }
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new Error(`no ${what} within ${timeoutMs} ms; pending: ${JSON.stringify(this.pending).slice(0, 500)}`));
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        this.listeners.delete(check);
-      };
-      this.listeners.add(check);
-      check();
-    });
-  }
-
-  /** Takes receivedMessages responses until `count` messages arrived; returns the messages. */
-  async takeMessages(count: number, timeoutMs = 3000): Promise<ReceivedMessage[]> {
-    const out: ReceivedMessage[] = [];
-    const giveUpAt = Date.now() + timeoutMs;
-    while (out.length < count) {
-      const response = await this.take(
-        hasMessages,
-        Math.max(1, giveUpAt - Date.now()),
-        `${count - out.length} more message(s)`,
-      );
-      out.push(...response.receivedMessages);
-    }
-    return out;
-  }
-
   /** Every message pending, taken at once. */
   takeAllPending(): ReceivedMessage[] {
     const taken = this.pending.filter(hasMessages);
-    this.pending = this.pending.filter((r) => !hasMessages(r));
+    this.discard(hasMessages);
     return taken.flatMap((r) => r.receivedMessages);
   }
 
@@ -223,43 +179,17 @@ export class PullStream {
       .subscriptionProperties;
   }
 
-  /** True if no pending-or-new response matching `match` shows up within `ms`. */
-  async quiet(ms: number, match: (response: any) => boolean = hasMessages): Promise<boolean> {
-    const startIndex = this.responses.length;
-    if (this.pending.some(match)) return false;
-    await sleep(ms);
-    return !this.responses.slice(startIndex).some(match);
-  }
-
-  /**
-   * Sends a keep-alive {} and waits for the server's {} answer: requests are handled in order, so
-   * every request sent before it has been handled by then.
-   */
-  async roundTrip(timeoutMs = 3000): Promise<void> {
-    this.pending = this.pending.filter((r) => !isHeartbeat(r));
-    this.write({});
-    await this.take(isHeartbeat, timeoutMs, 'keep-alive answer');
-  }
-
   /** Resolves with the final status, or throws after timeoutMs. */
-  async waitEnd(timeoutMs = 3000): Promise<grpc.StatusObject> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`call not ended within ${timeoutMs} ms`)), timeoutMs);
-    });
-    try {
-      return await Promise.race([this.ended, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+  waitEnd(timeoutMs = 3000): Promise<grpc.StatusObject> {
+    return within(this.ended, timeoutMs, 'call not ended');
   }
 
-  get untaken(): any[] {
-    return [...this.pending];
+  protected ending(): string | undefined {
+    return this.status && `call ended (${this.status.code} ${this.status.details})`;
   }
 
-  private notify(): void {
-    for (const listener of [...this.listeners]) listener();
+  protected sendKeepAlive(): void {
+    this.write({});
   }
 }
 

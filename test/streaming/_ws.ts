@@ -1,9 +1,11 @@
 // A raw WebSocket client for streaming pull tests (no Pub/Sub library in between): it keeps
-// every server frame, lets a test take the first pending frame that matches a predicate (so
-// heartbeats and confirmations arriving in between do not get in the way), and records how the
-// stream ended (close code and reason).
+// every server frame (test/helpers/stream-responses.ts: take the first pending frame that
+// matches), and records how the stream ended (close code and reason).
 
 import WebSocket from 'ws';
+import { hasMessages, sleep, StreamResponses, within } from '../helpers/stream-responses.ts';
+
+export { ackIdsOf, hasMessages, isHeartbeat, sleep } from '../helpers/stream-responses.ts';
 
 export interface CloseInfo {
   code: number;
@@ -21,15 +23,10 @@ export interface ReceivedMessage {
   };
 }
 
-export class StreamClient {
+export class StreamClient extends StreamResponses<ReceivedMessage> {
   readonly ws: WebSocket;
-  /** Every frame the server sent, in arrival order (parsed JSON; raw text if it was not JSON). */
-  readonly frames: any[] = [];
-  /** Frames not taken yet by take(). */
-  private pending: any[] = [];
-  /** Called with every frame as it arrives (before it is queued for take()). */
+  /** Called with every frame as it arrives (before the takes waiting for it are woken). */
   onFrame?: (frame: any) => void;
-  private readonly listeners = new Set<() => void>();
   closeInfo?: CloseInfo;
   readonly opened: Promise<void>;
   readonly closed: Promise<CloseInfo>;
@@ -37,6 +34,7 @@ export class StreamClient {
   httpRefusal?: { status: number; body: string };
 
   constructor(url: string, options: WebSocket.ClientOptions = {}) {
+    super('a frame');
     this.ws = new WebSocket(url, options);
     this.opened = new Promise((resolve, reject) => {
       this.ws.once('open', () => resolve());
@@ -67,10 +65,7 @@ export class StreamClient {
       } catch {
         frame = data.toString();
       }
-      this.frames.push(frame);
-      this.pending.push(frame);
-      this.onFrame?.(frame);
-      this.notify();
+      this.arrive(frame);
     });
   }
 
@@ -78,6 +73,11 @@ export class StreamClient {
     const client = new StreamClient(url, options);
     await client.opened;
     return client;
+  }
+
+  /** Every frame the server sent, in arrival order (parsed JSON; raw text if it was not JSON). */
+  get frames(): any[] {
+    return this.arrived;
   }
 
   get isOpen(): boolean {
@@ -89,106 +89,31 @@ export class StreamClient {
     this.ws.send(payload, { binary });
   }
 
-  /** Takes (removes) the first pending frame that matches, waiting up to timeoutMs for it. */
-  take(match: (frame: any) => boolean = () => true, timeoutMs = 3000, what = 'a frame'): Promise<any> {
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        const index = this.pending.findIndex(match);
-        if (index >= 0) {
-          done();
-          resolve(this.pending.splice(index, 1)[0]);
-        } else if (this.closeInfo) {
-          done();
-          reject(
-            new Error(`stream closed (${this.closeInfo.code} ${this.closeInfo.reason}) while waiting for ${what}`),
-          );
-        }
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new Error(`no ${what} within ${timeoutMs} ms; pending: ${JSON.stringify(this.pending).slice(0, 500)}`));
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        this.listeners.delete(check);
-      };
-      this.listeners.add(check);
-      check();
-    });
+  override roundTrip(timeoutMs = 5000): Promise<void> {
+    return super.roundTrip(timeoutMs);
   }
 
-  /** Takes receivedMessages frames until `count` messages arrived; returns the messages. */
-  async takeMessages(count: number, timeoutMs = 3000): Promise<ReceivedMessage[]> {
-    const out: ReceivedMessage[] = [];
-    const giveUpAt = Date.now() + timeoutMs;
-    while (out.length < count) {
-      const frame = await this.take(
-        (f) => Array.isArray(f?.receivedMessages),
-        Math.max(1, giveUpAt - Date.now()),
-        `${count - out.length} more message(s)`,
-      );
-      out.push(...frame.receivedMessages);
-    }
-    return out;
-  }
-
-  /** True if no pending-or-new frame matching `match` shows up within `ms` (frames are not taken). */
-  async quiet(
-    ms: number,
-    match: (frame: any) => boolean = (f) => Array.isArray(f?.receivedMessages),
-  ): Promise<boolean> {
-    const startIndex = this.frames.length;
-    if (this.pending.some(match)) return false;
-    await new Promise((done) => setTimeout(done, ms));
-    return !this.frames.slice(startIndex).some(match);
-  }
-
-  /** Drops the pending frames that match (e.g. old heartbeats before a keep-alive round trip). */
-  discard(match: (frame: any) => boolean): void {
-    this.pending = this.pending.filter((frame) => !match(frame));
-  }
-
-  /**
-   * Sends a keep-alive {} and waits for the {} answer: frames are handled in order, so every
-   * frame sent before it has been handled by then.
-   */
-  async roundTrip(timeoutMs = 5000): Promise<void> {
-    this.discard(isHeartbeat);
-    this.send({});
-    await this.take(isHeartbeat, timeoutMs, 'keep-alive answer');
-  }
-
-  /** Frames received but not taken yet. */
-  get untaken(): any[] {
-    return [...this.pending];
-  }
-
-  async waitClose(timeoutMs = 3000): Promise<CloseInfo> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`stream not closed within ${timeoutMs} ms`)), timeoutMs);
-    });
-    try {
-      return await Promise.race([this.closed, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+  waitClose(timeoutMs = 3000): Promise<CloseInfo> {
+    return within(this.closed, timeoutMs, 'stream not closed');
   }
 
   terminate(): void {
     this.ws.terminate();
   }
 
-  private notify(): void {
-    for (const listener of [...this.listeners]) listener();
+  protected ending(): string | undefined {
+    return this.closeInfo && `stream closed (${this.closeInfo.code} ${this.closeInfo.reason})`;
+  }
+
+  protected sendKeepAlive(): void {
+    this.send({});
+  }
+
+  protected override onArrival(frame: any): void {
+    this.onFrame?.(frame);
   }
 }
 
-export const isHeartbeat = (frame: any) =>
-  frame !== null && typeof frame === 'object' && Object.keys(frame).length === 0;
-export const hasMessages = (frame: any) => Array.isArray(frame?.receivedMessages);
-export const ackIdsOf = (messages: ReceivedMessage[]) => messages.map((m) => m.ackId);
-export const sleep = (ms: number) => new Promise<void>((done) => setTimeout(done, ms));
 /** The delivery generation inside one of the broker's ack IDs (<uid>-<seq36>-<gen36>-<mac>). */
 export const generationOf = (ackId: string) => parseInt(ackId.split('-')[2], 36);
 
