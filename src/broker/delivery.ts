@@ -7,7 +7,7 @@ import type { PubsubMessage } from './publish-request.ts';
 import { Puller, type ReceivedMessage } from './pull.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
-import { type SettleOutcome, Settlement, throwFailures } from './settlement.ts';
+import { type IssuedAckIds, type SettleOutcome, Settlement, throwFailures } from './settlement.ts';
 import { checkSubscribeRegion } from './storage-region.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import type { TopicService } from './topics.ts';
@@ -136,6 +136,11 @@ export class DeliveryService {
    */
   onSettled(listener: (settled: Settled) => void): void {
     this.settledListeners.push(listener);
+  }
+
+  /** Lets settlement find the deliveries behind ack IDs this process's streams issued (settlement.ts). */
+  recognizeIssued(issued: IssuedAckIds): void {
+    this.settlement.recognizeIssued(issued);
   }
 
   private announce(settled: Settled): void {

@@ -18,6 +18,15 @@ export interface SettleOutcome {
   failures: Map<string, AckFailureCode>;
 }
 
+/**
+ * The deliveries behind ack IDs that this process issued and still tracks (what its streams have
+ * outstanding), for one subscription: those need no decoding, since they are the very strings the
+ * codec sealed.
+ */
+export type IssuedAckIds = (record: SubscriptionRecord) => (ackId: string) => Delivery | undefined;
+
+const nothingIssued: IssuedAckIds = () => () => undefined;
+
 export function throwFailures(outcome: SettleOutcome): void {
   if (outcome.failures.size > 0) throw exactlyOnceAckFailure(outcome.failures);
 }
@@ -27,11 +36,18 @@ export function throwFailures(outcome: SettleOutcome): void {
  * come from a unary request or a stream. An ack goes to the region its ack ID names.
  */
 export class Settlement {
+  private issued = nothingIssued;
+
   constructor(
     private readonly regions: Regions,
     /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
     private readonly ackIds: () => Promise<AckIdCodec>,
   ) {}
+
+  /** Where settlement looks up ack IDs this process issued before decoding them (streams.ts). */
+  recognizeIssued(issued: IssuedAckIds): void {
+    this.issued = issued;
+  }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
   acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
@@ -82,10 +98,11 @@ export class Settlement {
   ): Promise<SettleOutcome> {
     const exactlyOnce = record.enableExactlyOnceDelivery === true;
     const codec = await this.ackIds();
+    const issuedHere = this.issued(record);
     const outcome: SettleOutcome = { applied: [], failures: new Map() };
     const byRegion = new Map<Region, Map<string, string>>();
     for (const ackId of ackIds) {
-      const delivery = codec.decode(ackId);
+      const delivery = issuedHere(ackId) ?? codec.decode(ackId);
       const region = delivery?.subscriptionUid === record.uid ? this.regions.byName(delivery.region) : undefined;
       if (delivery && region) {
         const memberOf = byRegion.get(region) ?? new Map<string, string>();

@@ -1,4 +1,5 @@
 import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../errors.ts';
+import type { Delivery } from './ack-id.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
 import type { DeliveryService, Settled } from './delivery.ts';
@@ -78,6 +79,8 @@ interface Outstanding {
   /** Region and ordering key: the unit of the ordering cascade (a key keeps its order per region). */
   orderingKey?: string;
   seq: number;
+  /** What the ack ID names, so that settling it needs no decoding (settlement.ts). */
+  delivery: Delivery;
 }
 
 export interface SubscriptionProperties {
@@ -236,6 +239,16 @@ export class StreamingSession {
     }
   }
 
+  /** The subscription this stream delivers (once its first frame has named it). */
+  get subscriptionUid(): string | undefined {
+    return this.record?.uid;
+  }
+
+  /** The delivery behind an ack ID this stream handed out and still counts as outstanding. */
+  issued(ackId: string): Delivery | undefined {
+    return this.outstanding.get(ackId)?.delivery;
+  }
+
   private async acknowledge(ackIds: string[]): Promise<void> {
     const outcome = await this.delivery.acknowledgeDeliveries(this.record!, ackIds);
     if (!this.record!.enableExactlyOnceDelivery) return;
@@ -372,7 +385,13 @@ export class StreamingSession {
       const { region, seq } = message.delivery;
       const orderingKey =
         message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
-      this.outstanding.set(message.ackId, { bytes: messageBytes(message), expiresAtMs, orderingKey, seq: Number(seq) });
+      this.outstanding.set(message.ackId, {
+        bytes: messageBytes(message),
+        expiresAtMs,
+        orderingKey,
+        seq: Number(seq),
+        delivery: message.delivery,
+      });
     }
     return received.over;
   }

@@ -8,7 +8,9 @@ import type { SubscriptionService } from './subscriptions.ts';
 const shuttingDown = () => unavailable('The server is shutting down; reconnect.');
 
 /**
- * The streaming sessions of this node, so that shutdown can end them (clients then reconnect).
+ * The streaming sessions of this node, so that shutdown can end them (clients then reconnect),
+ * and so that acks of what they delivered, on a stream or by a unary call, are recognised
+ * without decoding their ack IDs.
  * A closed session stays here until the frames it had received are applied: acks a client sent
  * just before closing still take effect, and shutdown waits for them before Redis goes away.
  */
@@ -23,6 +25,23 @@ export class StreamRegistry {
   ) {
     delivery.onSettled((settled) => {
       for (const session of this.sessions) session.settled(settled);
+    });
+    delivery.recognizeIssued((record) => {
+      const streams = [...this.sessions].filter((session) => session.subscriptionUid === record.uid);
+      // Acks come in the order messages were delivered, so mostly many in a row of one stream:
+      // the stream that recognised the last one is asked first.
+      let last = 0;
+      return (ackId) => {
+        for (let i = 0; i < streams.length; i++) {
+          const at = (last + i) % streams.length;
+          const issued = streams[at].issued(ackId);
+          if (issued) {
+            last = at;
+            return issued;
+          }
+        }
+        return undefined;
+      };
     });
   }
 

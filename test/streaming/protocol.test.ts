@@ -944,6 +944,39 @@ t.test('unary acknowledge of stream deliveries', async (t) => {
   );
 });
 
+t.test('ack IDs a stream holds are honoured only verbatim and only on their subscription', async (t) => {
+  // Settlement takes the deliveries behind ack IDs that a stream of this process has outstanding
+  // from the stream instead of decoding them: that shortcut must accept exactly what decoding does.
+  const b = await openBroker(t);
+  await b.topic('topic1');
+  await b.subscription('sub1', 'topic1');
+  await b.subscription('sub2', 'topic1');
+  await b.subscription('eod2', 'topic1', { enableExactlyOnceDelivery: true });
+  const client = await b.open('sub1', first('sub1'));
+  await b.publish('topic1', [{ data: b64('held') }]);
+  const [held] = await client.takeMessages(1);
+  const last = held.ackId.at(-1);
+  const tampered = `${held.ackId.slice(0, -1)}${last === 'A' ? 'B' : 'A'}`;
+  const ack = (sub: string, ackIds: string[]) =>
+    b.api('POST', `/v1/projects/${P}/subscriptions/${sub}:acknowledge`, { ackIds });
+
+  let reply = await ack('sub2', [held.ackId]);
+  t.equal(reply.status, 400, 'another subscription refuses the ID');
+  t.equal(reply.body?.error?.status, 'INVALID_ARGUMENT');
+  reply = await ack('eod2', [held.ackId]);
+  t.equal(
+    reply.body?.error?.details?.[0]?.metadata?.[held.ackId],
+    'PERMANENT_FAILURE_INVALID_ACK_ID',
+    'an exactly-once subscription of the same topic fails the ID',
+  );
+  reply = await ack('sub1', [tampered]);
+  t.equal(reply.status, 400, 'an ID differing in one character is refused on the subscription itself');
+  client.send({ modifyDeadlineAckIds: [held.ackId], modifyDeadlineSeconds: [0] });
+  const [again] = await client.takeMessages(1);
+  t.equal(again.message.messageId, held.message.messageId, 'none of those acked it: a nack brings it back');
+  t.strictSame(await ack('sub1', [again.ackId]), { status: 200, body: {} }, 'its own ID acks it');
+});
+
 t.test('unary acks and nacks free room on the stream that delivered the messages', async (t) => {
   // Official clients ack and nack with unary calls, never on the stream: the stream must learn of
   // them, or it would wait for the leases to run out before delivering more.
