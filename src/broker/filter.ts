@@ -407,11 +407,9 @@ class Parser {
     return this.tokens[this.index];
   }
 
-  /** The current token, consumed (except the `end` token, which stays current). */
+  /** The current token, consumed. Every caller throws when it is the `end` token. */
   private next(): Token {
-    const token = this.tokens[this.index];
-    if (token.kind !== 'end') this.index++;
-    return token;
+    return this.tokens[this.index++];
   }
 
   private error(token: Token, message: string): ApiError {
