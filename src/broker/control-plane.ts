@@ -339,6 +339,7 @@ export class ControlPlane {
       time: clock.scriptTime(),
       subscriptionUid: record.uid,
       ordered: record.enableMessageOrdering === true,
+      filter: record.filter,
       version: record.version,
       config: deliveryConfigOf(SUBSCRIPTION_FIELDS, record),
     });

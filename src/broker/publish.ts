@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { notFound, unavailable } from '../errors.ts';
 import { publish } from '../redis/calls/publish.ts';
 import type { ClockReading } from './clock.ts';
+import { parseFilter, type SubscriptionFilter } from './filter.ts';
 import { stampMessages } from './message-codec.ts';
 import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
@@ -12,10 +13,17 @@ import { RememberedTopics } from './remembered-topics.ts';
 import { storageRegion } from './storage-region.ts';
 import type { TopicService } from './topics.ts';
 
+interface Attachment {
+  uid: string;
+  /** It orders by key. */
+  ordered: boolean;
+  /** Only the messages whose attributes match are its. */
+  filter?: SubscriptionFilter;
+}
+
 interface Attachments {
   version: string;
-  /** Attached subscription uids, and for each whether it orders by key. */
-  subscriptions: { uid: string; ordered: boolean }[];
+  subscriptions: Attachment[];
 }
 
 /**
@@ -52,7 +60,7 @@ export class Publisher {
     for (;;) {
       const remembered = this.rememberedTopics.get(topicName.full);
       const record = remembered ?? (await this.topics.read(topicName));
-      const messageIds = await this.publishTo(record, bodies, orderingKey);
+      const messageIds = await this.publishTo(record, bodies, messages, orderingKey);
       if (messageIds) {
         if (!remembered) this.rememberedTopics.remember(record);
         return { messageIds };
@@ -67,6 +75,7 @@ export class Publisher {
   private async publishTo(
     record: TopicRecord,
     { bodies, staged }: PackedPublish,
+    messages: PubsubMessage[],
     orderingKey: string,
   ): Promise<string[] | undefined> {
     const region = storageRegion(this.regions, record, orderingKey);
@@ -86,7 +95,7 @@ export class Publisher {
         attachVersion: attachments.version,
         wakeChannel,
         orderingKey,
-        subscriptions: attachments.subscriptions,
+        subscriptions: attachments.subscriptions.map((attachment) => selection(attachment, messages)),
         bodies,
         staged,
         stagingKey,
@@ -123,9 +132,23 @@ export class Publisher {
     // never used to publish.
     const attachments: Attachments = {
       version: version ?? '0',
-      subscriptions: Object.entries(attached).map(([uid, ordered]) => ({ uid, ordered: ordered === '1' })),
+      subscriptions: Object.entries(attached).map(([uid, value]) => attachment(uid, value)),
     };
     this.attachments.set(`${region.name}/${topicUid}`, attachments);
     return attachments;
   }
+}
+
+/** An attached subscription as the topic's attachment hash holds it (attach-subscription.lua). */
+function attachment(uid: string, value: string): Attachment {
+  const filter = value.length > 1 ? parseFilter(value.slice(1)) : undefined;
+  return { uid, ordered: value[0] === '1', ...(filter ? { filter } : {}) };
+}
+
+/** Which of the messages a subscription takes: all, unless its filter refuses some. */
+function selection({ uid, ordered, filter }: Attachment, messages: PubsubMessage[]) {
+  if (!filter) return { uid, ordered };
+  let takes = '';
+  for (const message of messages) takes += filter.matches(message.attributes) ? '1' : '0';
+  return takes.includes('0') ? { uid, ordered, takes } : { uid, ordered };
 }

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
+import { parseFilter } from './filter.ts';
 import {
   type FieldDefinition,
   type FieldTable,
@@ -26,6 +27,7 @@ export interface SubscriptionSettings {
   retainAckedMessages?: boolean;
   labels?: Record<string, string>;
   enableMessageOrdering?: boolean;
+  filter?: string;
 }
 
 const DEFAULT_ACK_DEADLINE_SECONDS = 10;
@@ -107,7 +109,12 @@ export const SUBSCRIPTION_FIELDS = {
       };
     },
   }),
-  filter: unimplementedField(z.string(), 'immutable'),
+  filter: field({
+    wire: z.string(),
+    access: 'immutable',
+    // Checked here, evaluated by publish against each message's attributes (publish.ts).
+    settle: (text) => (parseFilter(text ?? '') ? text : undefined),
+  }),
   deadLetterPolicy: unimplementedField(),
   retryPolicy: unimplementedField(),
   detached: unimplementedField(z.boolean()),

@@ -3,11 +3,12 @@
   and sets its delivery settings. Used by create, update, and the copy to other regions:
   repeating it is harmless.
   KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
-  KEYS[2]    attached subscriptions (HASH uid -> '1' ordered | '0')
+  KEYS[2]    attached subscriptions (HASH uid -> '1' ordered | '0', followed by the
+             subscription's filter expression when it has one)
   KEYS[3]    the subscription's config (HASH)
   ARGV[1]    time override in microseconds, or '' (an attach or a settings change counts as use)
   ARGV[2]    subscription uid
-  ARGV[3]    '1' if the subscription orders by key, else '0'
+  ARGV[3]    '1' if the subscription orders by key, else '0'; then its filter, if any
   ARGV[4]    version of the subscription record these settings come from
   ARGV[5..]  config field/value pairs (ackDeadlineUs, retentionUs, exactlyOnce, ordered)
   Returns    REPLY_OK attached; REPLY_TOPIC_DELETED the topic incarnation was deleted

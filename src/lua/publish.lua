@@ -15,8 +15,11 @@
   ARGV[4]    wake channel, published to when anyone is attached
   ARGV[5]    the request's ordering key ('' for none; one key per request)
   ARGV[6]    one character per attached subscription: '1' ordered, '0' not
-  ARGV[7]    the number of messages, n (at most SEQS_PER_BLOCK)
-  ARGV[8..]  either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+  ARGV[7]    which messages each attached subscription takes, in order: '*' for all of them, or
+             n characters, '1' taken and '0' not (its filter refused the message: the message
+             counts as acknowledged for it from the start)
+  ARGV[8]    the number of messages, n (at most SEQS_PER_BLOCK)
+  ARGV[9..]  either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
              the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
@@ -29,17 +32,18 @@
                                               and retry
              an error "the staged bodies are not all there" (matched in src/redis/calls/publish.ts)
              On every answer but {REPLY_OK, ...} nothing was written, and a staging key is deleted.
-  Invariant: every subscription attached at publish time holds each new seq exactly once (in its
-             ready list, or for an ordered one with a key, in its keyed ZSET with the key queued
-             or busy), and the body is kept while any of them holds it. Every stored publish
+  Invariant: every subscription attached at publish time holds each new seq it takes exactly once
+             (in its ready list, or for an ordered one with a key, in its keyed ZSET with the key
+             queued or busy), and the body is kept while any of them holds it: a body nobody
+             takes is not kept at all. Every stored publish
              time is within [now - 10 s, now + 1 s] of the one clock when it was stored. Seqs
              grow with every publish, and a field of a block is written once: a body is never
              overwritten.
 ]]
 local state_key, bodies_prefix, refs_key, staging_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
-local FIRST_BODY_ARG = 8
-local count = tonumber(ARGV[7])
+local FIRST_BODY_ARG = 9
+local count = tonumber(ARGV[8])
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
   return redis.error_reply('publish: the staged bodies are not all there')
@@ -64,6 +68,23 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
   return refuse({REPLY_STAMP_REFUSED, now})
 end
 
+local subscriptions = (#KEYS - 4) / 3
+
+-- takes[s]: false when subscription s takes every message, else its string of '1'/'0';
+-- holders[i]: how many subscriptions take message i.
+local takes, holders, selections, at = {}, {}, ARGV[7], 1
+local filtered = false
+for s = 1, subscriptions do
+  if string.sub(selections, at, at) == '*' then
+    takes[s], at = false, at + 1
+  else
+    takes[s], at, filtered = string.sub(selections, at, at + count - 1), at + count, true
+  end
+end
+if at ~= #selections + 1 then
+  return refuse(redis.error_reply('publish: ARGV[7] does not give one selection per subscription'))
+end
+
 -- Seqs only grow (ordered delivery relies on it): a publish goes into the latest block when it
 -- is small and fits there, else into a new one. A staged publish takes a new block whole (its
 -- hash becomes the block) and leaves it full.
@@ -72,52 +93,95 @@ local block, first_field = tonumber(state[3] or '0'), tonumber(state[4] or SEQS_
 if staged or first_field + count > SEQS_PER_BLOCK then block, first_field = block + 1, 0 end
 redis.call('HSET', state_key, 'block', block, 'used', staged and SEQS_PER_BLOCK or first_field + count)
 local first_seq = block * SEQS_PER_BLOCK + first_field
-local subscriptions = (#KEYS - 4) / 3
-if subscriptions == 0 then -- nobody to deliver to: nothing is stored
+local kept = count
+if filtered then
+  kept = 0
+  for i = 1, count do
+    local n = 0
+    for s = 1, subscriptions do
+      if not takes[s] or string.byte(takes[s], i) == 49 then n = n + 1 end
+    end
+    holders[i] = n
+    if n > 0 then kept = kept + 1 end
+  end
+else
+  for i = 1, count do holders[i] = subscriptions end
+  if subscriptions == 0 then kept = 0 end
+end
+if kept == 0 then -- nobody to deliver to: nothing is stored
   discard_staging()
   return {REPLY_OK, first_seq, now}
 end
 
 local block_key = bodies_prefix .. string.format('%d', block)
+local seqs = {}
+for i = 1, count do seqs[i] = string.format('%d', first_seq + i - 1) end
 if staged then
   redis.call('RENAME', staging_key, block_key)
   redis.call('PERSIST', block_key)
+  if kept < count then
+    local unkept = {}
+    for i = 1, count do
+      if holders[i] == 0 then unkept[#unkept + 1] = string.format('%03d', first_field + i - 1) end
+    end
+    redis.call('HDEL', block_key, unpack(unkept))
+  end
 else
   local fields = {}
   for i = 1, count do
-    fields[2 * i - 1] = string.format('%03d', first_field + i - 1)
-    fields[2 * i] = ARGV[FIRST_BODY_ARG + i - 1]
+    if holders[i] > 0 then
+      fields[#fields + 1] = string.format('%03d', first_field + i - 1)
+      fields[#fields + 1] = ARGV[FIRST_BODY_ARG + i - 1]
+    end
   end
   redis.call('HSET', block_key, unpack(fields))
 end
-local seqs = {}
-for i = 1, count do seqs[i] = string.format('%d', first_seq + i - 1) end
-if subscriptions > 1 then
-  local refs = {}
-  for i = 1, count do
-    refs[2 * i - 1] = seqs[i]
-    refs[2 * i] = subscriptions
+local refs = {}
+for i = 1, count do
+  if holders[i] > 1 then
+    refs[#refs + 1] = seqs[i]
+    refs[#refs + 1] = holders[i]
   end
-  redis.call('HSET', refs_key, unpack(refs))
+end
+if #refs > 0 then redis.call('HSET', refs_key, unpack(refs)) end
+
+-- The seqs subscription s takes (all of them, shared, unless it filters).
+local function taken(s)
+  if not takes[s] then return seqs end
+  local mine = {}
+  for i = 1, count do
+    if string.byte(takes[s], i) == 49 then mine[#mine + 1] = seqs[i] end
+  end
+  return mine
 end
 
-local keyed_members
+local function keyed_members(taken_seqs)
+  local members = {}
+  for i, seq in ipairs(taken_seqs) do
+    members[2 * i - 1] = 0
+    members[2 * i] = keyed_member(ordering_key, seq)
+  end
+  return members
+end
+
+local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
 for s = 1, subscriptions do
   local ready_key, keyed_key, key_states_key = KEYS[3 * s + 2], KEYS[3 * s + 3], KEYS[3 * s + 4]
-  if ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
-    if not keyed_members then
-      keyed_members = {}
-      for i = 1, count do
-        keyed_members[2 * i - 1] = 0
-        keyed_members[2 * i] = keyed_member(ordering_key, seqs[i])
-      end
+  local mine = taken(s)
+  if #mine > 0 and ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
+    local members
+    if takes[s] then
+      members = keyed_members(mine)
+    else
+      members_of_all = members_of_all or keyed_members(seqs)
+      members = members_of_all
     end
-    redis.call('ZADD', keyed_key, unpack(keyed_members))
+    redis.call('ZADD', keyed_key, unpack(members))
     if redis.call('HSETNX', key_states_key, ordering_key, 'q') == 1 then
       redis.call('RPUSH', ready_key, 'k:' .. ordering_key)
     end
-  else
-    redis.call('RPUSH', ready_key, unpack(seqs))
+  elseif #mine > 0 then
+    redis.call('RPUSH', ready_key, unpack(mine))
   end
 end
 redis.call('PUBLISH', ARGV[4], '1')

@@ -136,7 +136,6 @@ t.test('subscriptions', async (t) => {
   );
   for (const [field, extra] of [
     ['pushConfig', { pushConfig: { pushEndpoint: 'https://example.com/push' } }],
-    ['filter', { filter: 'attributes.a = "b"' }],
     ['deadLetterPolicy', { deadLetterPolicy: { deadLetterTopic: topicName('dlq'), maxDeliveryAttempts: 5 } }],
   ] as const) {
     const error = await rpcError(b.subscriber, 'CreateSubscription', sub('sub-c', extra));

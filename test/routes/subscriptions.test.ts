@@ -262,7 +262,12 @@ t.test('defaults and stored fields on create', async (t) => {
       501,
       unimplemented('pushConfig'),
     ],
-    ['filter', { topic: TOPIC, filter: 'attributes.kind = "a"' }, 501, unimplemented('filter')],
+    [
+      'malformed filter',
+      { topic: TOPIC, filter: 'attributes.kind = a' },
+      400,
+      invalid("Invalid filter expression: expected a double-quoted string, found 'a' at position 19."),
+    ],
     [
       'deadLetterPolicy',
       { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: TOPIC, maxDeliveryAttempts: 5 } },

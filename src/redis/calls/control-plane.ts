@@ -67,6 +67,8 @@ export interface AttachCall {
   time: ScriptTime;
   subscriptionUid: string;
   ordered: boolean;
+  /** Its filter expression, if it has one (publish evaluates it: publish.ts). */
+  filter?: string;
   /** The version of the subscription record the settings come from. */
   version: number;
   /** The settings, as config hash field/value pairs. */
@@ -82,7 +84,7 @@ export async function attachSubscription(
   const reply = await scripts.run(
     'attach-subscription',
     [data.state, data.attached, data.subscription(call.subscriptionUid).config],
-    [call.time, call.subscriptionUid, call.ordered ? '1' : '0', call.version, ...call.config],
+    [call.time, call.subscriptionUid, `${call.ordered ? '1' : '0'}${call.filter ?? ''}`, call.version, ...call.config],
   );
   if (reply === REPLY_OK) return 'attached';
   if (reply === REPLY_TOPIC_DELETED) return 'topic-deleted';

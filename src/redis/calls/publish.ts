@@ -19,8 +19,11 @@ export interface PublishCall {
   wakeChannel: string;
   /** '' for none; one key per request. */
   orderingKey: string;
-  /** The attached subscriptions, as read. */
-  subscriptions: readonly { uid: string; ordered: boolean }[];
+  /**
+   * The attached subscriptions, as read; `takes`, for one whose filter refused some of the
+   * messages: a character per message, '1' taken and '0' not.
+   */
+  subscriptions: readonly { uid: string; ordered: boolean; takes?: string }[];
   /** The packed bodies: block fields when staged, else the bodies alone (packMessages). */
   bodies: BulkStrings;
   staged: boolean;
@@ -59,10 +62,12 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
   const { bodies, stagingKey } = call;
   const keys = [data.state, data.bodies, data.refs, stagingKey];
   let orderedFlags = '';
-  for (const { uid, ordered } of call.subscriptions) {
+  let selections = '';
+  for (const { uid, ordered, takes } of call.subscriptions) {
     const sub = data.subscription(uid);
     keys.push(sub.ready, sub.keyed, sub.keyStates);
     orderedFlags += ordered ? '1' : '0';
+    selections += takes ?? '*';
   }
   const args = [
     call.time,
@@ -71,6 +76,7 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     call.wakeChannel,
     call.orderingKey,
     orderedFlags,
+    selections,
     String(bodies.count),
   ];
   let reply: [number, number?, number?];
