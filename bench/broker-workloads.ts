@@ -23,6 +23,7 @@ export interface SubscriptionSpec {
   id: string;
   exactlyOnce?: boolean;
   ordered?: boolean;
+  filter?: string;
 }
 
 /** A message as :pull (and streaming pull) returns it. */
@@ -47,6 +48,7 @@ export async function createTopic(
       ackDeadlineSeconds: 60,
       ...(sub.exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
       ...(sub.ordered ? { enableMessageOrdering: true } : {}),
+      ...(sub.filter ? { filter: sub.filter } : {}),
     });
   }
 }

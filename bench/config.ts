@@ -6,8 +6,8 @@
  *   BENCH_MEMORY_MESSAGES   messages retained for the memory figure (default 50000)
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
- *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, memory, bullmq, ordered,
- *                           streaming, regions, clients (default all)
+ *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, memory, bullmq,
+ *                           ordered, streaming, regions, clients (default all)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -31,6 +31,7 @@ export const WORKLOAD_NAMES = [
   'pull',
   'eo',
   'publish2',
+  'filters',
   'memory',
   'bullmq',
   'ordered',

@@ -12,11 +12,19 @@ export function randomPayloads(count: number, bytes: number): string[] {
 
 /**
  * `bodies` distinct publish request bodies of `batch` messages each, as ready-to-send Buffers
- * (`{"messages":[{"data":"..."}, ...]}`).
+ * (`{"messages":[{"data":"..."}, ...]}`); `attributesOf(i)` gives message i of a request its
+ * attributes.
  */
-export function publishBodies(bodies: number, batch: number, bytes: number): Buffer[] {
+export function publishBodies(
+  bodies: number,
+  batch: number,
+  bytes: number,
+  attributesOf?: (index: number) => Record<string, string>,
+): Buffer[] {
   return Array.from({ length: bodies }, () => {
-    const messages = randomPayloads(batch, bytes).map((data) => `{"data":"${data}"}`);
+    const messages = randomPayloads(batch, bytes).map((data, i) =>
+      attributesOf ? `{"data":"${data}","attributes":${JSON.stringify(attributesOf(i))}}` : `{"data":"${data}"}`,
+    );
     return Buffer.from(`{"messages":[${messages.join(',')}]}`);
   });
 }

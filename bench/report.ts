@@ -56,6 +56,8 @@ export const KEYS = {
   publish: 'publish (1 sub)',
   publishEo: 'publish (1 exactly-once sub)',
   publish2: 'publish (2 subs)',
+  publishFanout: 'publish (10 subs)',
+  publishFiltered: 'publish (10 filtered subs, a tenth each)',
   pull: 'pull+ack',
   pullEo: 'pull+ack (exactly-once)',
   bullAdd: 'BullMQ addBulk',
@@ -120,6 +122,7 @@ const BARS = {
   streamRatio: 4,
   regionsShare: 0.7,
   grpcCpuShare: 1.5,
+  filteredShare: 1,
   grpcReceive: 15_000,
 };
 
@@ -142,6 +145,10 @@ export function computeRatios(results: BenchResults): void {
     'streaming end-to-end / BullMQ end-to-end': ratio(rate(results, KEYS.streamE2e), rate(results, KEYS.bullE2e)),
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
+    'filtered fan-out publish / fan-out publish': ratio(
+      rate(results, KEYS.publishFiltered),
+      rate(results, KEYS.publishFanout),
+    ),
     'broker CPU per streamed message, gRPC / WebSocket': ratio(
       brokerUsPerMessage(results, KEYS.clientReceiveGrpc),
       brokerUsPerMessage(results, KEYS.clientReceiveWs),
@@ -265,6 +272,14 @@ export function computeBars(results: BenchResults): void {
     '>= 0.70x',
     [KEYS.pullRegions, KEYS.pull],
   );
+  atLeast(
+    'publish, 10 filtered subs (a tenth each) vs 10 unfiltered',
+    results.ratios['filtered fan-out publish / fan-out publish'],
+    BARS.filteredShare,
+    times,
+    '>= 1.00x',
+    [KEYS.publishFiltered, KEYS.publishFanout],
+  );
   below(
     'broker CPU per streamed message, gRPC vs WebSocket',
     results.ratios['broker CPU per streamed message, gRPC / WebSocket'] ?? undefined,
@@ -326,6 +341,7 @@ export function renderReport(results: BenchResults): string {
     [KEYS.streamE2e]: fmtRatio(results.ratios['streaming end-to-end / BullMQ end-to-end'], 'BullMQ'),
     [KEYS.publishRegions]: fmtRatio(results.ratios['publish (2 regions) / publish (1 sub)'], 'single-region'),
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
+    [KEYS.publishFiltered]: fmtRatio(results.ratios['filtered fan-out publish / fan-out publish'], 'unfiltered'),
   };
   for (const [key, w] of Object.entries(results.workloads)) {
     const kinds = Object.entries(w.latency) as [string, LatencySummary][];

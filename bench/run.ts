@@ -780,6 +780,44 @@ async function main(): Promise<void> {
       );
       await deleteTopic(client, 'bench-2subs', ['bench-2subs-a', 'bench-2subs-b']);
     }
+    if (runs('filters')) {
+      // Ten subscriptions of one topic, unfiltered (each takes every message) against filtered
+      // (each takes the tenth of the messages whose "tenant" attribute it names).
+      const tenants = 10;
+      const tenantBodies = publishBodies(64, config.publishBatch, config.dataBytes, (i) => ({
+        tenant: String(i % tenants),
+      }));
+      for (const [key, topicId, filtered] of [
+        [KEYS.publishFanout, 'bench-fanout', false],
+        [KEYS.publishFiltered, 'bench-filtered', true],
+      ] as const) {
+        const subscriptions = Array.from({ length: tenants }, (_, tenant) => ({
+          id: `${topicId}-${tenant}`,
+          ...(filtered ? { filter: `attributes.tenant = "${tenant}"` } : {}),
+        }));
+        await createTopic(client, topicId, subscriptions);
+        record(
+          key,
+          await measure(key, () =>
+            publishWorkload({
+              workload: key,
+              client,
+              topicId,
+              messages,
+              batch: config.publishBatch,
+              concurrency: c,
+              bodies: tenantBodies,
+              timeoutMs: config.timeoutMs,
+            }),
+          ),
+        );
+        await deleteTopic(
+          client,
+          topicId,
+          subscriptions.map((sub) => sub.id),
+        );
+      }
+    }
     if (runs('streaming')) {
       record(
         KEYS.streamE2e,
