@@ -18,6 +18,8 @@
  *   BENCH_BULLMQ_E2E_CONCURRENCY  concurrency of each of them (default 100)
  *   BENCH_CLIENT_MESSAGES   messages per workload of the client comparison (default 30000)
  *   BENCH_CLIENT_PUBLISH_WINDOW  unresolved publishMessage calls of the official client (default 5000)
+ *   BENCH_CLIENT_RECEIVE_ROUNDS  rounds of the streaming receives behind the gRPC/WebSocket CPU bar,
+ *                           alternating; each reports its median round (default 3)
  *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
  *   BENCH_BROKER_ENTRY      broker entry file (default: the dist/server.mjs bundle that npm start runs; src/server.ts runs through tsx)
  *   BENCH_REDIS_SERVER      redis-server binary (default: redis-server on PATH)
@@ -57,6 +59,7 @@ export interface BenchConfig {
   bullmqE2eConcurrency: number;
   clientMessages: number;
   clientPublishWindow: number;
+  clientReceiveRounds: number;
   only: Set<WorkloadName>;
   brokerNodeArgs: string[];
   brokerEntry?: string;
@@ -103,6 +106,7 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     bullmqE2eConcurrency: positiveInt(env, 'BENCH_BULLMQ_E2E_CONCURRENCY', 100),
     clientMessages: positiveInt(env, 'BENCH_CLIENT_MESSAGES', 30_000),
     clientPublishWindow: positiveInt(env, 'BENCH_CLIENT_PUBLISH_WINDOW', 5000),
+    clientReceiveRounds: positiveInt(env, 'BENCH_CLIENT_RECEIVE_ROUNDS', 3),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     brokerEntry: env.BENCH_BROKER_ENTRY || undefined,

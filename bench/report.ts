@@ -103,6 +103,29 @@ export function brokerUsPerMessage(results: BenchResults, key: string): number |
   return cpu && w ? (cpu.brokerCpuSeconds * 1e6) / w.messages : undefined;
 }
 
+/**
+ * Of a workload measured in several rounds (`key`, then the phases `repeats`), keeps under `key`
+ * the round with the median broker CPU per message, its throughput and CPU figures, and notes
+ * every round's figure. The other rounds' results go; every round's phase stays in the CPU table.
+ */
+export function keepMedianRound(results: BenchResults, key: string, repeats: string[]): void {
+  const rounds = [key, ...repeats].filter((phase) => brokerUsPerMessage(results, phase) !== undefined);
+  if (rounds.length === 0) return;
+  const byCpu = [...rounds].sort((a, b) => brokerUsPerMessage(results, a)! - brokerUsPerMessage(results, b)!);
+  const median = byCpu[Math.floor((byCpu.length - 1) / 2)];
+  const perRound = rounds.map((phase) => brokerUsPerMessage(results, phase)!.toFixed(1)).join(', ');
+  const kept = results.workloads[median];
+  results.workloads[key] = {
+    ...kept,
+    workload: key,
+    notes: { ...kept.notes, brokerUsPerMessageByRound: perRound, keptRound: rounds.indexOf(median) + 1 },
+  };
+  const first = results.cpu[key];
+  results.cpu[key] = results.cpu[median];
+  if (first) results.cpu[`${key} (round 1)`] = first;
+  for (const phase of repeats) delete results.workloads[phase];
+}
+
 /** The latency kind of the streaming latency workload (publish request sent -> message received). */
 export const E2E_LATENCY = 'publish->delivery';
 
