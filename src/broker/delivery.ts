@@ -82,7 +82,7 @@ export class DeliveryService {
 
   /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
   async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
-    const record = await this.subscriptions.read(name);
+    const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
     return this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal);
@@ -94,7 +94,7 @@ export class DeliveryService {
 
   /** acknowledge, with its per-ack-ID results, for a front end that reports failures its own way. */
   async acknowledgeEach(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
-    const record = await this.subscriptions.read(name);
+    const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     return this.acknowledgeDeliveries(record, request.ackIds);
   }
@@ -110,7 +110,7 @@ export class DeliveryService {
     request: ModifyAckDeadlineRequest,
   ): Promise<SettleOutcome> {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
-    const record = await this.subscriptions.read(name);
+    const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     return this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds);
   }

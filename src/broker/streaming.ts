@@ -188,13 +188,14 @@ export class StreamingSession {
     clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
-    this.record = await this.subscriptions.read(this.name);
+    this.record = await this.subscriptions.readForDelivery(this.name);
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
     this.heartbeat = setInterval(
       () => {
         // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
-        // subscriptionProperties) or a delete (closed with NOT_FOUND) without a publish.
+        // subscriptionProperties), a delete (closed with NOT_FOUND) or a detach (closed with
+        // FAILED_PRECONDITION) without a publish.
         this.queue = this.queue.then(() => this.refreshAndTouch()).catch((error) => this.fail(error));
         if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
       },
@@ -415,9 +416,9 @@ export class StreamingSession {
     await this.subscriptions.touch(this.record!);
   }
 
-  /** Picks up changes to the subscription (exactly-once switched, deleted) between pulls. */
+  /** Picks up changes to the subscription (exactly-once switched, deleted, detached) between pulls. */
   private async refreshRecord(): Promise<void> {
-    this.record = await this.subscriptions.read(this.name!);
+    this.record = await this.subscriptions.readForDelivery(this.name!);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }
