@@ -37,8 +37,8 @@ import { CONFIG_CHANGED } from './wakeups.ts';
  *   to it (re)opens, before it uses that region's data plane, and every SYNC_INTERVAL_MS.
  *
  * Putting a state also does what the state implies in that region's data plane: a subscription
- * record attaches the subscription to its topic there, a tombstone drops its data, a topic
- * tombstone closes the topic's data to publishing.
+ * record attaches the subscription to its topic there, a tombstone or a detached record drops
+ * its data, a topic tombstone closes the topic's data to publishing.
  */
 export type Kind = 'topic' | 'subscription';
 
