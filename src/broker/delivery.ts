@@ -1,3 +1,4 @@
+import { ApiError } from '../errors.ts';
 import type { AckIdCodec } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
@@ -85,7 +86,10 @@ export class DeliveryService {
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
-    return this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal);
+    return this.unlessDetached(
+      name,
+      this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal),
+    );
   }
 
   async acknowledge(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {
@@ -96,7 +100,7 @@ export class DeliveryService {
   async acknowledgeEach(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
-    return this.acknowledgeDeliveries(record, request.ackIds);
+    return this.unlessDetached(name, this.acknowledgeDeliveries(record, request.ackIds));
   }
 
   async modifyAckDeadline(caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {
@@ -112,7 +116,7 @@ export class DeliveryService {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
-    return this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds);
+    return this.unlessDetached(name, this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds));
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */
@@ -136,6 +140,20 @@ export class DeliveryService {
    */
   onSettled(listener: (settled: Settled) => void): void {
     this.settledListeners.push(listener);
+  }
+
+  /**
+   * A subscription detached while a call or stream on it ran (a long poll the detach woke, say)
+   * has no data any more, which the scripts report as NOT_FOUND: the call then fails as any call
+   * on it now does, with FAILED_PRECONDITION.
+   */
+  async unlessDetached<T>(name: ResourceName, call: Promise<T>): Promise<T> {
+    try {
+      return await call;
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 'NOT_FOUND') await this.subscriptions.readForDelivery(name);
+      throw error;
+    }
   }
 
   private announce(settled: Settled): void {

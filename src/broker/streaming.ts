@@ -128,7 +128,7 @@ export class StreamingSession {
    * frame that does not decode ends the stream only after the frames before it were applied.
    */
   receive(decode: () => StreamingPullRequest): void {
-    this.queue = this.queue.then(() => this.handle(decode)).catch((error) => this.fail(error));
+    this.queue = this.queue.then(() => this.handle(decode)).catch((error) => this.failChecked(error));
   }
 
   /**
@@ -154,6 +154,19 @@ export class StreamingSession {
     const apiError = error instanceof ApiError ? error : unavailable('The stream failed; reconnect.');
     this.stop();
     this.transport.close(apiError);
+  }
+
+  /**
+   * fail, but a NOT_FOUND from the scripts while the subscription is being detached (its data
+   * is gone before streams hear of it) ends the stream as the detach does: FAILED_PRECONDITION.
+   */
+  private async failChecked(error: unknown): Promise<void> {
+    try {
+      if (this.name && this.record) await this.delivery.unlessDetached(this.name, Promise.reject(error));
+    } catch (checked) {
+      error = checked;
+    }
+    this.fail(error);
   }
 
   private async handle(decode: () => StreamingPullRequest): Promise<void> {
@@ -202,7 +215,7 @@ export class StreamingSession {
       Math.max(10, Math.floor(this.options.heartbeatMs / 2)),
     );
     this.heartbeat.unref();
-    void this.deliverLoop().catch((error) => this.fail(error));
+    void this.deliverLoop().catch((error) => this.failChecked(error));
   }
 
   private checkLaterFrame(frame: StreamingPullRequest): void {

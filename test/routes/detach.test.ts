@@ -6,6 +6,7 @@
 // showing that nothing changed.
 
 import t, { type Test } from 'tap';
+import { startBroker } from '../helpers/app.ts';
 import { redisTargets, scanKeys, type RedisTarget } from '../helpers/redis.ts';
 import { attachSubscription, markCleanup } from '../../src/redis/calls/control-plane.ts';
 import { Keys } from '../../src/redis/keys.ts';
@@ -20,6 +21,7 @@ import {
   normalisePull,
   notAnObject,
   notFound,
+  client as clientOf,
   openClient,
   subscriptionBody,
   unknownField,
@@ -293,4 +295,17 @@ t.test('detach: an interrupted drop is finished by the clean-up pass', async (t)
   await broker.app.broker.subscriptions.collectGarbage(Number.MAX_SAFE_INTEGER);
   t.strictSame(await dataOf(client, 'sub'), { keys: [], attached: false }, 'the clean-up pass dropped it');
   t.equal(await broker.redis.zcard(new Keys(broker.prefix).pendingCleanups), 0, 'no mark left');
+});
+
+t.test('detach: a long-polling pull waiting on the subscription answers FAILED_PRECONDITION', async (t) => {
+  const client = clientOf(await startBroker(t, { target: standalone, name: 'detach-long-poll', pullWaitMs: 10_000 }));
+  const { api } = client;
+  await api('PUT', `${T}/d-topic`, {});
+  await api('PUT', `${S}/sub`, { topic: TOPIC });
+  const waiting = api('POST', `${S}/sub:pull`, { maxMessages: 1 });
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const startedAt = Date.now();
+  await api('POST', `${S}/sub:detach`);
+  t.strictSame(await waiting, { status: 400, body: detachedError('sub') }, 'the waiting pull is told why');
+  t.ok(Date.now() - startedAt < 5_000, 'at once, woken by the detach');
 });

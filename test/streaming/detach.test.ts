@@ -60,3 +60,35 @@ t.test('a detach ends the streams of the subscription with FAILED_PRECONDITION (
   t.equal(close.code, 4009, 'a stream opened after the detach is refused with 4009');
   t.strictSame(late.frames, [detached], 'with the error frame only');
 });
+
+t.test('a busy stream, pulling when the subscription is detached, ends with FAILED_PRECONDITION too', async (t) => {
+  const b = await startGrpcBroker(t, { heartbeatMs: 20_000 });
+  await b.ok('PUT', `/v1/projects/${P}/topics/top`, {});
+  await b.ok('PUT', `/v1/projects/${P}/subscriptions/sub`, { topic: `projects/${P}/topics/top` });
+  const client = await StreamClient.connect(
+    `ws://127.0.0.1:${b.port}/v1/projects/${P}/subscriptions/sub:streamingPull`,
+  );
+  t.teardown(() => client.terminate());
+  // Every message is acked as it comes, so that the stream keeps pulling while messages flow.
+  client.onFrame = (frame) => {
+    if (frame?.receivedMessages) client.send({ ackIds: frame.receivedMessages.map((m: { ackId: string }) => m.ackId) });
+  };
+  client.send({ streamAckDeadlineSeconds: 60 });
+  let publishing = true;
+  const publisher = (async () => {
+    while (publishing) {
+      const messages = Array.from({ length: 20 }, (_, i) => ({ data: b64(`m${i}`) }));
+      await b.api('POST', `/v1/projects/${P}/topics/top:publish`, { messages });
+    }
+  })();
+  await sleep(300);
+  await b.ok('POST', `/v1/projects/${P}/subscriptions/sub:detach`);
+  const close = await client.waitClose(2000);
+  publishing = false;
+  await publisher;
+  t.ok(
+    client.frames.some((frame) => frame?.receivedMessages),
+    'messages were flowing',
+  );
+  t.equal(close.code, 4009, 'closed with FAILED_PRECONDITION, not NOT_FOUND');
+});
