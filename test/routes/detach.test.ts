@@ -63,11 +63,16 @@ async function pullTexts({ api }: Client, id: string, max = 10): Promise<{ texts
   return { texts, ackIds };
 }
 
+/** Creates the topic, and the subscriptions `ids` on it, through `client`. */
+async function withSubscriptions(client: Client, ...ids: string[]): Promise<Client> {
+  await client.api('PUT', `${T}/d-topic`, {});
+  for (const id of ids) await client.api('PUT', `${S}/${id}`, { topic: TOPIC });
+  return client;
+}
+
 async function detachSemantics(t: Test, target: RedisTarget) {
-  const client = await openClient(t, target, `detach-${target.name}`);
+  const client = await withSubscriptions(await openClient(t, target, `detach-${target.name}`), 'gone', 'kept');
   const { api } = client;
-  await api('PUT', `${T}/d-topic`, {});
-  for (const id of ['gone', 'kept']) await api('PUT', `${S}/${id}`, { topic: TOPIC });
   const eod = { enableExactlyOnceDelivery: true };
   await api('PUT', `${S}/gone-eod`, { topic: TOPIC, ...eod });
   await publish(client, 'one', 'two', 'three');
@@ -163,10 +168,8 @@ async function detachSemantics(t: Test, target: RedisTarget) {
 for (const target of redisTargets()) t.test(`detach: ${target.name}`, (t) => detachSemantics(t, target));
 
 t.test('detach: refused requests change nothing', async (t) => {
-  const client = await openClient(t, standalone, 'detach-errors');
+  const client = await withSubscriptions(await openClient(t, standalone, 'detach-errors'), 'sub');
   const { api, raw } = client;
-  await api('PUT', `${T}/d-topic`, {});
-  await api('PUT', `${S}/sub`, { topic: TOPIC });
   const rows: [string, Promise<unknown>, unknown][] = [
     ['an unknown subscription', api('POST', `${S}/nope:detach`, {}), { status: 404, body: notFound('nope') }],
     [
@@ -207,10 +210,8 @@ t.test('detach: refused requests change nothing', async (t) => {
 });
 
 t.test('detach: a subscription whose topic was deleted', async (t) => {
-  const client = await openClient(t, standalone, 'detach-orphan');
+  const client = await withSubscriptions(await openClient(t, standalone, 'detach-orphan'), 'orphan');
   const { api } = client;
-  await api('PUT', `${T}/d-topic`, {});
-  await api('PUT', `${S}/orphan`, { topic: TOPIC });
   await publish(client, 'held');
   t.equal((await api('DELETE', `${T}/d-topic`)).status, 200);
   t.strictSame(await api('POST', `${S}/orphan:detach`), { status: 200, body: {} }, 'can be detached');
@@ -228,10 +229,8 @@ t.test('detach: a subscription whose topic was deleted', async (t) => {
 });
 
 t.test('detach: PATCH, delete and create again', async (t) => {
-  const client = await openClient(t, standalone, 'detach-patch');
+  const client = await withSubscriptions(await openClient(t, standalone, 'detach-patch'), 'sub');
   const { api } = client;
-  await api('PUT', `${T}/d-topic`, {});
-  await api('PUT', `${S}/sub`, { topic: TOPIC });
   await api('POST', `${S}/sub:detach`);
   t.strictSame(
     await api('PATCH', `${S}/sub`, {
@@ -273,10 +272,8 @@ t.test('detach: PATCH, delete and create again', async (t) => {
 });
 
 t.test('detach: an interrupted drop is finished by the clean-up pass', async (t) => {
-  const client = await openClient(t, standalone, 'detach-cleanup');
+  const client = await withSubscriptions(await openClient(t, standalone, 'detach-cleanup'), 'sub');
   const { api, broker } = client;
-  await api('PUT', `${T}/d-topic`, {});
-  await api('PUT', `${S}/sub`, { topic: TOPIC });
   await api('POST', `${S}/sub:detach`);
   // A late copy of the record from before the detach, as a region's sync may put it just after
   // the detach: it attaches the data again (marked for clean-up), and its put is refused.
@@ -298,10 +295,8 @@ t.test('detach: an interrupted drop is finished by the clean-up pass', async (t)
 });
 
 t.test('detach: a long-polling pull waiting on the subscription answers FAILED_PRECONDITION', async (t) => {
-  const client = clientOf(await startBroker(t, { target: standalone, name: 'detach-long-poll', pullWaitMs: 10_000 }));
-  const { api } = client;
-  await api('PUT', `${T}/d-topic`, {});
-  await api('PUT', `${S}/sub`, { topic: TOPIC });
+  const long = await startBroker(t, { target: standalone, name: 'detach-long-poll', pullWaitMs: 10_000 });
+  const { api } = await withSubscriptions(clientOf(long), 'sub');
   const waiting = api('POST', `${S}/sub:pull`, { maxMessages: 1 });
   await new Promise((resolve) => setTimeout(resolve, 200));
   const startedAt = Date.now();
