@@ -5,6 +5,7 @@ import { receivedMessagesJson } from '../src/schemas/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import {
   acknowledgeBodySchema,
+  detachBodySchema,
   modifyAckDeadlineBodySchema,
   pullBodySchema,
   subscriptionBodySchema,
@@ -39,6 +40,12 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
   });
   app.delete<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, async (request) => {
     await broker.subscriptions.delete(caller(), subscriptionName(request.params));
+    return {};
+  });
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::detach`, async (request) => {
+    const name = subscriptionName(request.params);
+    parseBody(detachBodySchema, request.body ?? {}, 'detach request');
+    await broker.subscriptions.detach(caller(), name);
     return {};
   });
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/subscriptions', (request) =>

@@ -37,8 +37,8 @@ import { CONFIG_CHANGED } from './wakeups.ts';
  *   to it (re)opens, before it uses that region's data plane, and every SYNC_INTERVAL_MS.
  *
  * Putting a state also does what the state implies in that region's data plane: a subscription
- * record attaches the subscription to its topic there, a tombstone drops its data, a topic
- * tombstone closes the topic's data to publishing.
+ * record attaches the subscription to its topic there, a tombstone or a detached record drops
+ * its data, a topic tombstone closes the topic's data to publishing.
  */
 export type Kind = 'topic' | 'subscription';
 
@@ -173,20 +173,22 @@ export class ControlPlane {
 
   /**
    * Replaces a live record (NOT_FOUND if there is none at the arbiter) with what `change` makes
-   * of it for the next version: an updated record or a tombstone. Decided again whenever the
-   * state at the arbiter changed meanwhile.
+   * of it for the next version: an updated record or a tombstone, or undefined when the record
+   * is already as asked (nothing is written). Decided again whenever the state at the arbiter
+   * changed meanwhile.
    */
   async replace<T extends TopicRecord | SubscriptionRecord, S extends State>(
     kind: Kind,
     name: ResourceName,
-    change: (record: T, version: number) => S,
-  ): Promise<S> {
+    change: (record: T, version: number) => S | undefined,
+  ): Promise<S | T> {
     for (;;) {
       const arbiter = this.regions.arbiter();
       const json = await this.readState(arbiter, kind, name.full);
       const state = json ? (JSON.parse(json) as State) : undefined;
       if (!state || isTombstone(state)) throw notFound(name.id);
       const next = change(state as T, versionOf(json) + 1);
+      if (!next) return state as T;
       if ((await this.write(kind, arbiter, json, next)) === 'written') return next;
     }
   }
@@ -290,6 +292,8 @@ export class ControlPlane {
     const { keys, scripts, clock } = region.ctx;
     const deleted = isTombstone(state);
     const topicUid = deleted ? (state.topicUid ?? '') : state.topicUid;
+    // A detached record is never attached: like a tombstone, it ends the data of its incarnation.
+    const detached = !deleted && state.detached === true;
     // A new incarnation is attached before it is recorded (its messages are kept from the moment
     // it is visible); a settings change decided here is recorded first, so that only the
     // compare-and-set winner's settings reach the data plane. Copies are attached first: the
@@ -297,7 +301,7 @@ export class ControlPlane {
     const expectedState = expected ? (JSON.parse(expected) as State) : undefined;
     const sameIncarnation =
       expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
-    const attachFirst = !deleted && (mode === 'newer' || !sameIncarnation);
+    const attachFirst = !deleted && !detached && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
     const put = await putSubscription(scripts, keys, topicUid, {
       ...stateCall(state, mode, expected),
@@ -312,7 +316,7 @@ export class ControlPlane {
       return { applied: false, current: put.current };
     }
     const previousJson = put.previous;
-    if (!deleted && !attachFirst) await this.attach(region, state, false);
+    if (!deleted && !detached && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
       if (previous.topicUid !== topicUid)
@@ -320,6 +324,12 @@ export class ControlPlane {
       await this.dropData(region, previous.topicUid, previous.uid);
       await this.finishCleanup(region, dataRef(previous));
       await this.announce(region, previous.topicUid);
+    }
+    // The put marked the detached incarnation's data for clean-up (put-subscription.lua): a
+    // crash before the drop finishes leaves it to collectGarbage.
+    if (detached) {
+      await this.dropData(region, topicUid, state.uid);
+      await this.finishCleanup(region, dataRef(state as SubscriptionRecord));
     }
     if (!deleted) await this.announce(region, topicUid);
     return { applied: true, current: previousJson };

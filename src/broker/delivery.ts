@@ -1,3 +1,4 @@
+import { ApiError } from '../errors.ts';
 import type { AckIdCodec } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
@@ -82,10 +83,13 @@ export class DeliveryService {
 
   /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
   async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
-    const record = await this.subscriptions.read(name);
+    const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
-    return this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal);
+    return this.unlessDetached(
+      name,
+      this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal),
+    );
   }
 
   async acknowledge(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {
@@ -94,9 +98,9 @@ export class DeliveryService {
 
   /** acknowledge, with its per-ack-ID results, for a front end that reports failures its own way. */
   async acknowledgeEach(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
-    const record = await this.subscriptions.read(name);
+    const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
-    return this.acknowledgeDeliveries(record, request.ackIds);
+    return this.unlessDetached(name, this.acknowledgeDeliveries(record, request.ackIds));
   }
 
   async modifyAckDeadline(caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {
@@ -110,9 +114,9 @@ export class DeliveryService {
     request: ModifyAckDeadlineRequest,
   ): Promise<SettleOutcome> {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
-    const record = await this.subscriptions.read(name);
+    const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
-    return this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds);
+    return this.unlessDetached(name, this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds));
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */
@@ -141,6 +145,20 @@ export class DeliveryService {
   /** Lets settlement find the deliveries behind ack IDs this process's streams issued (settlement.ts). */
   recognizeIssued(issued: IssuedAckIds): void {
     this.settlement.recognizeIssued(issued);
+  }
+
+  /**
+   * A subscription detached while a call or stream on it ran (a long poll the detach woke, say)
+   * has no data any more, which the scripts report as NOT_FOUND: the call then fails as any call
+   * on it now does, with FAILED_PRECONDITION.
+   */
+  async unlessDetached<T>(name: ResourceName, call: Promise<T>): Promise<T> {
+    try {
+      return await call;
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 'NOT_FOUND') await this.subscriptions.readForDelivery(name);
+      throw error;
+    }
   }
 
   private announce(settled: Settled): void {

@@ -23,6 +23,11 @@ export interface SubscriptionRecord extends SubscriptionSettings {
   uid: string;
   /** Bumped by every change; the highest wins across regions (see control-plane.ts). */
   version: number;
+  /**
+   * Detached from its topic (DetachSubscription): it receives nothing, holds no backlog, and
+   * cannot be attached again; only deleting it ends it.
+   */
+  detached?: true;
 }
 
 export interface Tombstone {

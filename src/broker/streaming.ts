@@ -131,7 +131,7 @@ export class StreamingSession {
    * frame that does not decode ends the stream only after the frames before it were applied.
    */
   receive(decode: () => StreamingPullRequest): void {
-    this.queue = this.queue.then(() => this.handle(decode)).catch((error) => this.fail(error));
+    this.queue = this.queue.then(() => this.handle(decode)).catch((error) => this.failChecked(error));
   }
 
   /**
@@ -157,6 +157,19 @@ export class StreamingSession {
     const apiError = error instanceof ApiError ? error : unavailable('The stream failed; reconnect.');
     this.stop();
     this.transport.close(apiError);
+  }
+
+  /**
+   * fail, but a NOT_FOUND from the scripts while the subscription is being detached (its data
+   * is gone before streams hear of it) ends the stream as the detach does: FAILED_PRECONDITION.
+   */
+  private async failChecked(error: unknown): Promise<void> {
+    try {
+      if (this.name && this.record) await this.delivery.unlessDetached(this.name, Promise.reject(error));
+    } catch (checked) {
+      error = checked;
+    }
+    this.fail(error);
   }
 
   private async handle(decode: () => StreamingPullRequest): Promise<void> {
@@ -191,20 +204,21 @@ export class StreamingSession {
     clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
-    this.record = await this.subscriptions.read(this.name);
+    this.record = await this.subscriptions.readForDelivery(this.name);
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
     this.heartbeat = setInterval(
       () => {
         // Also re-reads the subscription, so that an idle stream learns of a PATCH (new
-        // subscriptionProperties) or a delete (closed with NOT_FOUND) without a publish.
+        // subscriptionProperties), a delete (closed with NOT_FOUND) or a detach (closed with
+        // FAILED_PRECONDITION) without a publish.
         this.queue = this.queue.then(() => this.refreshAndTouch()).catch((error) => this.fail(error));
         if (Date.now() - this.lastSentAt >= this.options.heartbeatMs) this.send({});
       },
       Math.max(10, Math.floor(this.options.heartbeatMs / 2)),
     );
     this.heartbeat.unref();
-    void this.deliverLoop().catch((error) => this.fail(error));
+    void this.deliverLoop().catch((error) => this.failChecked(error));
   }
 
   private checkLaterFrame(frame: StreamingPullRequest): void {
@@ -434,9 +448,9 @@ export class StreamingSession {
     await this.subscriptions.touch(this.record!);
   }
 
-  /** Picks up changes to the subscription (exactly-once switched, deleted) between pulls. */
+  /** Picks up changes to the subscription (exactly-once switched, deleted, detached) between pulls. */
   private async refreshRecord(): Promise<void> {
-    this.record = await this.subscriptions.read(this.name!);
+    this.record = await this.subscriptions.readForDelivery(this.name!);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }

@@ -117,7 +117,9 @@ export const SUBSCRIPTION_FIELDS = {
   }),
   deadLetterPolicy: unimplementedField(),
   retryPolicy: unimplementedField(),
-  detached: unimplementedField(z.boolean()),
+  // Set only by DetachSubscription (subscriptions.ts); Pub/Sub creates a subscription attached
+  // whatever a request says, so a request's value is ignored like any output field's.
+  detached: outputField(z.boolean()),
   bigqueryConfig: unimplementedField(),
   cloudStorageConfig: unimplementedField(),
   bigtableConfig: unimplementedField(),

@@ -1,4 +1,4 @@
-import { invalidArgument, notFound } from '../errors.ts';
+import { failedPrecondition, invalidArgument, notFound } from '../errors.ts';
 import type { CallContext } from './call-context.ts';
 import { touchSubscription } from '../redis/calls/delivery.ts';
 import type { ControlPlane } from './control-plane.ts';
@@ -16,6 +16,7 @@ export interface Subscription extends SubscriptionSettings {
   topic: string;
   pushConfig: Record<string, never>;
   topicMessageRetentionDuration?: string;
+  detached?: true;
   state: 'ACTIVE';
 }
 
@@ -32,6 +33,7 @@ export function renderSubscription(record: SubscriptionRecord, liveTopic: TopicR
     topic: topicAlive ? record.topic : DELETED_TOPIC,
     pushConfig: {},
     ...(storedSettings(SUBSCRIPTION_FIELDS, record) as SubscriptionSettings),
+    ...(record.detached ? { detached: true } : {}),
     state: 'ACTIVE',
   };
   if (topicAlive && liveTopic?.messageRetentionDuration) {
@@ -69,6 +71,20 @@ export class SubscriptionService {
     return JSON.parse(json) as SubscriptionRecord;
   }
 
+  /**
+   * The record of a subscription that messages are pulled from or settled on: a detached one
+   * refuses that with FAILED_PRECONDITION, as Pub/Sub's does.
+   */
+  async readForDelivery(name: ResourceName): Promise<SubscriptionRecord> {
+    const record = await this.read(name);
+    if (record.detached) {
+      throw failedPrecondition(
+        `The subscription ${record.name} is detached from its topic: it has no messages to pull or acknowledge.`,
+      );
+    }
+    return record;
+  }
+
   async get(_caller: CallContext, name: ResourceName): Promise<Subscription> {
     const record = await this.read(name);
     return renderSubscription(record, await this.liveTopic(record.topic));
@@ -82,6 +98,18 @@ export class SubscriptionService {
       settleMasked(SUBSCRIPTION_FIELDS, { ...record, version }, request.updateMask, request.subscription),
     );
     return renderSubscription(updated, await this.liveTopic(updated.topic));
+  }
+
+  /**
+   * Detaches the subscription from its topic in every region: it stops receiving publishes, its
+   * backlog is dropped (control-plane.ts), and pulls, streams and acks on it fail from then on.
+   * The record stays, marked `detached`; detaching it again changes nothing.
+   */
+  async detach(_caller: CallContext, name: ResourceName): Promise<void> {
+    this.regions.requireLocal();
+    await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
+      record.detached ? undefined : { ...record, version, detached: true },
+    );
   }
 
   async delete(_caller: CallContext, name: ResourceName): Promise<void> {
@@ -168,9 +196,12 @@ export class SubscriptionService {
       for (const ref of refs) {
         const [topicUid, subscriptionUid] = ref.split('/', 2);
         const name = ref.slice(topicUid.length + subscriptionUid.length + 2);
-        // A record of that very incarnation came (back) meanwhile: its data is live, keep it.
-        const live = name ? await redis.hget(keys.subscriptions, name) : null;
-        if (!live || (JSON.parse(live) as SubscriptionRecord).uid !== subscriptionUid) {
+        // A record of that very incarnation came (back) meanwhile: its data is live, keep it,
+        // unless the record is detached (a detach interrupted before its drop finished).
+        const live = name
+          ? (JSON.parse((await redis.hget(keys.subscriptions, name)) ?? 'null') as SubscriptionRecord | null)
+          : null;
+        if (!live || live.uid !== subscriptionUid || live.detached) {
           await this.controlPlane.dropData(region, topicUid, subscriptionUid);
           dropped++;
         }

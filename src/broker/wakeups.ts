@@ -15,7 +15,7 @@ export interface Waiter {
   cancel(): void;
 }
 
-/** Published on a topic's wake channel when one of its subscriptions is updated or deleted. */
+/** Published on a topic's wake channel when one of its subscriptions is updated, detached or deleted. */
 export const CONFIG_CHANGED = 'config';
 
 export class Wakeups {

@@ -12,7 +12,7 @@ interface PageFields {
   pageToken?: string;
 }
 
-/** google.pubsub.v1.Publisher over the broker's topic and delivery services. */
+/** google.pubsub.v1.Publisher over the broker's topic, subscription and delivery services. */
 export function publisherService(services: GrpcServices): UntypedServiceImplementation {
   const { broker } = services;
   return {
@@ -48,7 +48,10 @@ export function publisherService(services: GrpcServices): UntypedServiceImplemen
         messages: decodePublishMessages(request.messages),
       }),
     ),
+    DetachSubscription: unary(services, async (request: { subscription?: string }, caller) => {
+      await broker.subscriptions.detach(caller, requestName('subscriptions', request.subscription, 'subscription'));
+      return {};
+    }),
     ListTopicSnapshots: unimplemented('Publisher.ListTopicSnapshots'),
-    DetachSubscription: unimplemented('Publisher.DetachSubscription'),
   };
 }

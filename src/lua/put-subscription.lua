@@ -1,13 +1,15 @@
 --[[
   put-subscription: writes one subscription's state (record or tombstone) into this region's
   control plane. A record is put after its data is attached; a tombstone marks the data of
-  the record it ends for clean-up (the caller then drops it).
+  the record it ends for clean-up (the caller then drops it). A detached record (`detached`
+  in its JSON) is kept and listed, but not under its topic, and marks its own data for
+  clean-up as a tombstone would.
   KEYS[1]    subscription records (HASH full name -> JSON)
   KEYS[2]    subscription name index (ZSET)
   KEYS[3]    subscription tombstones (HASH full name -> JSON {name, version, deleted, uid, topicUid})
   KEYS[4]    the subscription names of the state's topic incarnation (ZSET)
   KEYS[5]    pending data clean-ups (ZSET "topicUid/subscriptionUid/name" -> since, microseconds)
-  ARGV[1]    'cas' (create, update, delete) or 'newer' (copy to other regions, sync)
+  ARGV[1]    'cas' (create, update, detach, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
   ARGV[3]    full subscription name
   ARGV[4]    the new state (JSON)
@@ -16,8 +18,9 @@
   ARGV[7]    time override in microseconds, or ''
   Returns    {REPLY_OK, previous state} written; {REPLY_REFUSED, current state} refused (see
              may_put)
-  Invariant: a recorded subscription is attached in this region; the data of a record that a
-             put ends (deleted, or replaced by another incarnation) is marked for clean-up.
+  Invariant: a recorded subscription is attached in this region unless it is detached; the
+             data of a record that a put ends (deleted, detached, or replaced by another
+             incarnation) is marked for clean-up.
 ]]
 local subscriptions_key, index_key, tombstones_key, topic_subscriptions_key, cleanups_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -40,8 +43,13 @@ if ARGV[6] == '1' then
 else
   redis.call('HSET', subscriptions_key, name, new_json)
   redis.call('ZADD', index_key, 0, name)
-  redis.call('ZADD', topic_subscriptions_key, 0, name)
   redis.call('HDEL', tombstones_key, name)
-  redis.call('ZREM', cleanups_key, data_ref(new))
+  if new.detached then
+    redis.call('ZREM', topic_subscriptions_key, name)
+    redis.call('ZADD', cleanups_key, now_us(ARGV[7]), data_ref(new))
+  else
+    redis.call('ZADD', topic_subscriptions_key, 0, name)
+    redis.call('ZREM', cleanups_key, data_ref(new))
+  end
 end
 return { REPLY_OK, current }

@@ -25,3 +25,6 @@ export const modifyAckDeadlineBodySchema = z.strictObject({
   // Its range is the broker's rule (ack-deadline.ts), checked by the service.
   ackDeadlineSeconds: int32,
 });
+
+/** DetachSubscription takes no body (its one field is the path): `{}` or nothing. */
+export const detachBodySchema = z.strictObject({});

@@ -424,7 +424,6 @@ t.test('unimplemented RPCs answer UNIMPLEMENTED, naming the method', async (t) =
     [b.subscriber, 'Subscriber', 'DeleteSnapshot', { snapshot: `projects/${P}/snapshots/x` }],
     [b.subscriber, 'Subscriber', 'ModifyPushConfig', { subscription: subName('sub') }],
     [b.publisher, 'Publisher', 'ListTopicSnapshots', { topic: topicName('top') }],
-    [b.publisher, 'Publisher', 'DetachSubscription', { subscription: subName('sub') }],
   ] as const) {
     const error = await rpcError(client, method, request);
     t.equal(error.code, grpcStatus.UNIMPLEMENTED, `${method}: UNIMPLEMENTED`);

@@ -116,6 +116,8 @@ t.test('defaults and stored fields on create', async (t) => {
     ['pushConfig {} is pull', { pushConfig: {} }, {}],
     ['empty filter is no filter', { filter: '' }, {}],
     ['detached false', { detached: false }, {}],
+    // Output only: only DetachSubscription detaches (Pub/Sub, too, creates it attached).
+    ['detached true is ignored', { detached: true }, {}],
     ['empty deadLetterPolicy is none', { deadLetterPolicy: {} }, {}],
     ['output-only fields are tolerated', { state: 'ACTIVE', topicMessageRetentionDuration: '1s' }, {}],
     ['name in the body equal to the URL', { name: `projects/${P}/subscriptions/{id}` }, {}],
@@ -287,7 +289,6 @@ t.test('defaults and stored fields on create', async (t) => {
       501,
       unimplemented('cloudStorageConfig'),
     ],
-    ['detached true', { topic: TOPIC, detached: true }, 501, unimplemented('detached')],
     [
       'messageTransforms',
       { topic: TOPIC, messageTransforms: [{ javascriptUdf: {} }] },

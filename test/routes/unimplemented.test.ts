@@ -16,7 +16,6 @@ const TOPIC = `projects/${P}/topics/un-topic`;
 /** [HTTP method, path as Pub/Sub's reference writes it, RPC]. */
 const METHODS: [string, string, string][] = [
   ['GET', '/v1/projects/{project}/topics/{topic}/snapshots', 'Publisher.ListTopicSnapshots'],
-  ['POST', '/v1/projects/{project}/subscriptions/{subscription}:detach', 'Publisher.DetachSubscription'],
   ['POST', '/v1/projects/{project}/subscriptions/{subscription}:modifyPushConfig', 'Subscriber.ModifyPushConfig'],
   ['POST', '/v1/projects/{project}/subscriptions/{subscription}:seek', 'Subscriber.Seek'],
   ['GET', '/v1/projects/{project}/snapshots', 'Subscriber.ListSnapshots'],
@@ -108,7 +107,7 @@ t.test('methods the broker does not implement answer 501 UNIMPLEMENTED', async (
     }
   }
 
-  // Nothing changed: the subscription is as created, not detached, with no push endpoint, and
+  // Nothing changed: the subscription is as created, with no push endpoint, and
   // the seek released nothing (the message is still leased).
   t.strictSame(
     await api('GET', `/v1/projects/${P}/subscriptions/un-sub`),
