@@ -6,6 +6,7 @@ import type { DeliveryService, Settled } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import type { SettleOutcome } from './settlement.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
+import { OutstandingDeliveries } from './outstanding.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
@@ -72,16 +73,6 @@ export interface StreamingOptions {
 const MAX_MESSAGES_PER_FRAME = 250;
 /** And at most this many message bytes per frame (at least one message always goes). */
 const MAX_BYTES_PER_FRAME = 4 * 1024 * 1024;
-interface Outstanding {
-  bytes: number;
-  /** When the lease runs out by this node's clock: only for flow-control accounting. */
-  expiresAtMs: number;
-  /** Region and ordering key: the unit of the ordering cascade (a key keeps its order per region). */
-  orderingKey?: string;
-  seq: number;
-  /** What the ack ID names, so that settling it needs no decoding (settlement.ts). */
-  delivery: Delivery;
-}
 
 export interface SubscriptionProperties {
   exactlyOnceDeliveryEnabled: boolean;
@@ -93,7 +84,7 @@ export class StreamingSession {
   private ackDeadlineSeconds = 0;
   private maxMessages = 0;
   private maxBytes = 0;
-  private readonly outstanding = new Map<string, Outstanding>();
+  private readonly outstanding = new OutstandingDeliveries();
   private sentProperties?: SubscriptionProperties;
   private closed = false;
   /** Ended by a protocol error: later frames are not acted on. */
@@ -247,10 +238,7 @@ export class StreamingSession {
       return;
     }
     const expiresAtMs = Date.now() + deadlineSeconds * 1000;
-    for (const ackId of outcome.applied) {
-      const entry = this.outstanding.get(ackId);
-      if (entry) entry.expiresAtMs = expiresAtMs;
-    }
+    for (const ackId of outcome.applied) this.outstanding.moveExpiry(ackId, expiresAtMs);
   }
 
   /** The subscription this stream delivers (once its first frame has named it). */
@@ -324,10 +312,10 @@ export class StreamingSession {
       if (earliest === undefined || entry.seq < earliest) firstNacked.set(entry.orderingKey, entry.seq);
     }
     if (firstNacked.size === 0) return;
-    for (const [ackId, entry] of this.outstanding) {
+    this.outstanding.forEach((entry, ackId) => {
       const from = entry.orderingKey === undefined ? undefined : firstNacked.get(entry.orderingKey);
       if (from !== undefined && entry.seq > from) this.outstanding.delete(ackId);
-    }
+    });
     this.nudge();
   }
 
@@ -338,10 +326,10 @@ export class StreamingSession {
         await this.sleep(undefined, blocked);
         continue;
       }
-      this.forgetExpired();
+      this.outstanding.forgetExpired(Date.now());
       const room = this.room();
       if (room === 0) {
-        await this.sleep(this.nextExpiryMs());
+        await this.sleep(Math.max(1, this.outstanding.nextExpiryMs() - Date.now()));
         continue;
       }
       const record = this.record!;
@@ -399,7 +387,7 @@ export class StreamingSession {
       const { region, seq } = message.delivery;
       const orderingKey =
         message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
-      this.outstanding.set(message.ackId, {
+      this.outstanding.add(message.ackId, {
         bytes: messageBytes(message),
         expiresAtMs,
         orderingKey,
@@ -412,34 +400,17 @@ export class StreamingSession {
 
   private withinByteBudget(received: LeasedMessage[]): { fits: LeasedMessage[]; over: LeasedMessage[] } {
     if (this.maxBytes === 0) return { fits: received, over: [] };
-    let bytes = this.outstandingBytes();
+    let bytes = this.outstanding.bytes;
     let count = 0;
     while (count < received.length && bytes < this.maxBytes) bytes += messageBytes(received[count++]);
     return { fits: received.slice(0, count), over: received.slice(count) };
   }
 
-  private outstandingBytes(): number {
-    let bytes = 0;
-    for (const entry of this.outstanding.values()) bytes += entry.bytes;
-    return bytes;
-  }
-
   /** How many messages may be sent now (0 = at a flow-control limit). */
   private room(): number {
-    if (this.maxBytes > 0 && this.outstandingBytes() >= this.maxBytes) return 0;
+    if (this.maxBytes > 0 && this.outstanding.bytes >= this.maxBytes) return 0;
     if (this.maxMessages === 0) return MAX_MESSAGES_PER_FRAME;
     return Math.max(0, Math.min(MAX_MESSAGES_PER_FRAME, this.maxMessages - this.outstanding.size));
-  }
-
-  private forgetExpired(): void {
-    const now = Date.now();
-    for (const [ackId, entry] of this.outstanding) if (entry.expiresAtMs <= now) this.outstanding.delete(ackId);
-  }
-
-  private nextExpiryMs(): number {
-    let earliest = Infinity;
-    for (const entry of this.outstanding.values()) earliest = Math.min(earliest, entry.expiresAtMs);
-    return Math.max(1, earliest - Date.now());
   }
 
   /** Heartbeat tick: an open stream keeps its subscription in use, even when idle. */
