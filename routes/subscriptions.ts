@@ -6,6 +6,7 @@ import { parseBody } from '../src/schemas/common.ts';
 import {
   acknowledgeBodySchema,
   modifyAckDeadlineBodySchema,
+  modifyPushConfigBodySchema,
   pullBodySchema,
   subscriptionBodySchema,
   updateSubscriptionBodySchema,
@@ -65,6 +66,12 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     const name = subscriptionName(request.params);
     const body = parseBody(modifyAckDeadlineBodySchema, request.body, 'modifyAckDeadline request');
     await broker.delivery.modifyAckDeadline(caller(), name, body);
+    return {};
+  });
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyPushConfig`, async (request) => {
+    const name = subscriptionName(request.params);
+    const body = parseBody(modifyPushConfigBodySchema, request.body, 'modifyPushConfig request');
+    await broker.subscriptions.modifyPushConfig(caller(), name, body);
     return {};
   });
 }

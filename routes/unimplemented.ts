@@ -13,7 +13,6 @@ const IAM_RESOURCE_PATHS = [TOPIC_PATH, SUBSCRIPTION_PATH, SNAPSHOT_PATH, SCHEMA
 const UNIMPLEMENTED_METHODS: [HTTPMethods, string, string][] = [
   ['GET', `${TOPIC_PATH}/snapshots`, 'Publisher.ListTopicSnapshots'],
   ['POST', `${SUBSCRIPTION_PATH}::detach`, 'Publisher.DetachSubscription'],
-  ['POST', `${SUBSCRIPTION_PATH}::modifyPushConfig`, 'Subscriber.ModifyPushConfig'],
   ['POST', `${SUBSCRIPTION_PATH}::seek`, 'Subscriber.Seek'],
   ['GET', `${PROJECT_PATH}/snapshots`, 'Subscriber.ListSnapshots'],
   ['GET', SNAPSHOT_PATH, 'Subscriber.GetSnapshot'],

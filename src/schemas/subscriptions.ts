@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { pushConfigSchema } from '../broker/push-config.ts';
 import { SUBSCRIPTION_FIELDS } from '../broker/subscription-fields.ts';
 import { resourceSchema } from './common.ts';
 import { int32 } from './wire-types.ts';
@@ -25,3 +26,5 @@ export const modifyAckDeadlineBodySchema = z.strictObject({
   // Its range is the broker's rule (ack-deadline.ts), checked by the service.
   ackDeadlineSeconds: int32,
 });
+
+export const modifyPushConfigBodySchema = z.strictObject({ pushConfig: pushConfigSchema.optional() });
