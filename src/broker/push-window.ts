@@ -7,7 +7,8 @@
  * - window: starts at INITIAL_WINDOW; +1 per success (so it doubles every round of requests
  *   that all succeed), halved on a failure, never below 1 nor above MAX_WINDOW;
  * - backoff: after n consecutive failures, min(MAX_BACKOFF_MS, INITIAL_BACKOFF_MS × 2^(n−1)):
- *   100 ms, 200 ms, 400 ms ... up to 60 s; a success resets it.
+ *   100 ms, 200 ms, 400 ms ... up to 60 s; a success resets it. No new request starts during
+ *   a backoff, and the failed message is given back to be delivered again when it ends.
  */
 export const INITIAL_WINDOW = 3;
 export const MAX_WINDOW = 1000;
@@ -43,12 +44,18 @@ export class PushWindow {
     this.size = Math.min(MAX_WINDOW, this.size + 1);
   }
 
-  /** Records a failure and returns its backoff in milliseconds. */
+  /**
+   * Records a failure and returns its backoff in milliseconds. Failures of requests that were
+   * under way when an earlier one started the backoff do not lengthen it: only a request sent
+   * after the pause can show that the endpoint still fails (else a burst of concurrent
+   * timeouts would jump straight to the longest backoff).
+   */
   failed(): number {
-    this.failures++;
+    const now = this.nowMs();
+    if (now >= this.pausedUntilMs) this.failures++;
     this.size = Math.max(1, this.size / 2);
     const backoffMs = Math.min(MAX_BACKOFF_MS, INITIAL_BACKOFF_MS * 2 ** Math.min(this.failures - 1, 30));
-    this.pausedUntilMs = this.nowMs() + backoffMs;
+    this.pausedUntilMs = Math.max(this.pausedUntilMs, now + backoffMs);
     return backoffMs;
   }
 }
