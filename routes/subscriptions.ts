@@ -7,6 +7,7 @@ import {
   acknowledgeBodySchema,
   detachBodySchema,
   modifyAckDeadlineBodySchema,
+  modifyPushConfigBodySchema,
   pullBodySchema,
   subscriptionBodySchema,
   updateSubscriptionBodySchema,
@@ -72,6 +73,12 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     const name = subscriptionName(request.params);
     const body = parseBody(modifyAckDeadlineBodySchema, request.body, 'modifyAckDeadline request');
     await broker.delivery.modifyAckDeadline(caller(), name, body);
+    return {};
+  });
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyPushConfig`, async (request) => {
+    const name = subscriptionName(request.params);
+    const body = parseBody(modifyPushConfigBodySchema, request.body, 'modifyPushConfig request');
+    await broker.subscriptions.modifyPushConfig(caller(), name, body);
     return {};
   });
 }

@@ -72,6 +72,23 @@ const regionList = z.string().transform((value, ctx) => {
   return regions;
 });
 
+/**
+ * PUSH_ENDPOINT_HOSTS: `*` (any host, as Pub/Sub), or comma-separated host names push endpoints
+ * may name; `.example.com` also allows its subdomains.
+ */
+const pushHosts = z.string().transform((value, ctx): '*' | string[] => {
+  if (value.trim() === '*') return '*';
+  const hosts = value
+    .split(',')
+    .map((entry) => entry.trim().toLowerCase())
+    .filter(Boolean);
+  for (const host of hosts) {
+    if (!/^\.?[a-z0-9_.:[\]-]+$/.test(host)) ctx.addIssue({ code: 'custom', message: `"${host}" is not a host name` });
+  }
+  if (hosts.length === 0) ctx.addIssue({ code: 'custom', message: 'lists no host (use * for any)' });
+  return hosts;
+});
+
 const environmentSchema = z.object({
   PORT: portNumber.default(8085),
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -88,6 +105,7 @@ const environmentSchema = z.object({
   PULL_WAIT_SECONDS: z.coerce.number().min(0).max(600).default(20),
   REGION: z.string().regex(REGION_NAME, 'is not a region name (lowercase letters, digits, "-")').optional(),
   REGIONS: regionList.optional(),
+  PUSH_ENDPOINT_HOSTS: pushHosts.default('*'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 

@@ -89,6 +89,7 @@ async function main(): Promise<void> {
       pullWaitMs: config.PULL_WAIT_SECONDS * 1000,
       onStorageProblem: refuseRegionStore,
       janitorIntervalMs: JANITOR_INTERVAL_MS,
+      push: { hosts: config.PUSH_ENDPOINT_HOSTS },
       log: { warn: log, error: log },
     }),
   });

@@ -6,6 +6,8 @@ import { type Clock, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
 import { DeliveryService } from './delivery.ts';
+import { PushService } from './push.ts';
+import type { PushHosts } from './push-config.ts';
 import { Region, Regions } from './regions.ts';
 import { guardStorageFormat } from './storage-guard.ts';
 import { StreamRegistry } from './streams.ts';
@@ -52,6 +54,15 @@ export interface BrokerConfig {
   regions?: { local: string; others: RegionConnection[] };
   /** Where the broker reports what an operator should know. Default: nowhere. */
   log?: BrokerLog;
+  /** Push delivery (push.ts). */
+  push?: {
+    /** The hosts push endpoints may name: '*' (the default) for any. */
+    hosts?: PushHosts;
+    /** How long close() lets push requests under way finish, in milliseconds (default 5 s). */
+    closeWaitMs?: number;
+    /** How often the push subscriptions are listed again without an announcement (default 30 s). */
+    relistIntervalMs?: number;
+  };
 }
 
 export interface RegionConnection {
@@ -77,6 +88,7 @@ export interface Broker {
   subscriptions: SubscriptionService;
   delivery: DeliveryService;
   streams: StreamRegistry;
+  push: PushService;
   /** One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions expired. */
   collectGarbage(): Promise<void>;
   /**
@@ -113,7 +125,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   );
   const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
   const topics = new TopicService(regions, controlPlane);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics);
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics, config.push?.hosts);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: config.pullWaitMs ?? 20_000,
@@ -134,6 +146,13 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     ),
   );
   controlPlane.start();
+  const push = new PushService(regions, delivery, {
+    hosts: config.push?.hosts ?? '*',
+    closeWaitMs: config.push?.closeWaitMs ?? 5_000,
+    relistIntervalMs: config.push?.relistIntervalMs ?? 30_000,
+    log: (message) => log.warn(message),
+  });
+  push.start();
 
   const collectGarbage = async () => {
     const nowUs = await redisTimeUs(regions.local.ctx.redis);
@@ -151,6 +170,8 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   let closing: Promise<void> | undefined;
   const close = async () => {
     clearInterval(janitor);
+    // Pushing stops while Redis is still there to take its acks and give back what it holds.
+    await push.close();
     // Long polls and streams end first, so that closing does not wait for them.
     await streams.close();
     delivery.close();
@@ -167,6 +188,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     subscriptions,
     delivery,
     streams,
+    push,
     collectGarbage,
     close: () => (closing ??= close()),
   };

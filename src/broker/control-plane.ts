@@ -355,9 +355,13 @@ export class ControlPlane {
     });
   }
 
-  /** Open streams of the topic's subscriptions re-read their settings (or learn of a delete). */
+  /**
+   * Open streams of the topic's subscriptions re-read their settings (or learn of a delete), and
+   * every node's push delivery re-reads which subscriptions push (push.ts).
+   */
   private async announce(region: Region, topicUid: string): Promise<void> {
     await region.ctx.redis.publish(region.ctx.keys.wakeChannel(topicUid), CONFIG_CHANGED);
+    await region.ctx.redis.publish(region.ctx.keys.subscriptionsChannel, CONFIG_CHANGED);
   }
 
   private hashes(region: Region, kind: Kind): [string, string] {

@@ -1,4 +1,4 @@
-import { ApiError } from '../errors.ts';
+import { ApiError, failedPrecondition } from '../errors.ts';
 import type { AckIdCodec } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
@@ -84,6 +84,7 @@ export class DeliveryService {
   /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
   async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
     const record = await this.subscriptions.readForDelivery(name);
+    checkPullable(record);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
     return this.unlessDetached(
@@ -179,4 +180,9 @@ export class DeliveryService {
   checkSubscribeRegion(record: SubscriptionRecord): Promise<void> {
     return checkSubscribeRegion(this.regions, this.topics, record);
   }
+}
+
+/** Pub/Sub refuses Pull and StreamingPull on a subscription that pushes (push.ts delivers it). */
+export function checkPullable(record: SubscriptionRecord): void {
+  if (record.pushConfig) throw failedPrecondition('This method is not supported for push subscriptions.');
 }

@@ -2,7 +2,7 @@ import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../
 import type { Delivery } from './ack-id.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
-import type { DeliveryService, Settled } from './delivery.ts';
+import { checkPullable, type DeliveryService, type Settled } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import type { SettleOutcome } from './settlement.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
@@ -196,6 +196,7 @@ export class StreamingSession {
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
     this.record = await this.subscriptions.readForDelivery(this.name);
+    checkPullable(this.record);
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
     this.heartbeat = setInterval(
@@ -422,6 +423,8 @@ export class StreamingSession {
   /** Picks up changes to the subscription (exactly-once switched, deleted, detached) between pulls. */
   private async refreshRecord(): Promise<void> {
     this.record = await this.subscriptions.readForDelivery(this.name!);
+    // Switched to push: the stream ends, as a new one would be refused.
+    checkPullable(this.record);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }

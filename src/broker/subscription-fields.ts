@@ -2,15 +2,10 @@ import { z } from 'zod';
 import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
+import { invalidArgument } from '../errors.ts';
 import { parseFilter } from './filter.ts';
-import {
-  type FieldDefinition,
-  type FieldTable,
-  notImplemented,
-  outputField,
-  unimplementedField,
-  type WireOf,
-} from './fields.ts';
+import { type PushConfig, pushConfigSchema, settlePushConfig } from './push-config.ts';
+import { type FieldDefinition, type FieldTable, outputField, unimplementedField, type WireOf } from './fields.ts';
 
 /**
  * Every field of a Pub/Sub Subscription, declared once (see fields.ts). The stored settings are
@@ -20,6 +15,8 @@ import {
 
 /** The settings a subscription record stores (records.ts), as the table below settles them. */
 export interface SubscriptionSettings {
+  /** Push delivery (push.ts); absent on a pull subscription. */
+  pushConfig?: PushConfig;
   enableExactlyOnceDelivery?: boolean;
   ackDeadlineSeconds: number;
   messageRetentionDuration: string;
@@ -47,15 +44,7 @@ const configFlag = (value: boolean | undefined) => (value ? '1' : '0');
 export const SUBSCRIPTION_FIELDS = {
   name: field({ wire: z.string(), access: 'immutable' }),
   topic: field({ wire: z.string(), access: 'immutable' }),
-  pushConfig: field({
-    wire: z.record(z.string(), z.unknown()),
-    access: 'mutable',
-    // Pull delivery only: an empty pushConfig is what a pull subscription has.
-    settle: (value) => {
-      if (value && Object.keys(value).length > 0) throw notImplemented('pushConfig');
-      return undefined;
-    },
-  }),
+  pushConfig: field({ wire: pushConfigSchema, access: 'mutable', settle: settlePushConfig }),
   enableExactlyOnceDelivery: field({
     wire: z.boolean(),
     access: 'mutable',
@@ -129,6 +118,16 @@ export const SUBSCRIPTION_FIELDS = {
   topicMessageRetentionDuration: outputField(z.string()),
   analyticsHubSubscriptionInfo: outputField(),
 } satisfies FieldTable<SubscriptionSettings>;
+
+/**
+ * The checks across settings, run on what a create or an update would store (after every
+ * field settled), so that no order of fields or update mask can get around them.
+ */
+export function checkSubscriptionSettings(settings: Partial<SubscriptionSettings>): void {
+  if (settings.pushConfig && settings.enableExactlyOnceDelivery) {
+    throw invalidArgument('Exactly once delivery is not supported for push subscriptions.');
+  }
+}
 
 /** A Subscription as a request gives it (every field optional; bytes and names still unchecked). */
 export type SubscriptionInput = WireOf<typeof SUBSCRIPTION_FIELDS>;

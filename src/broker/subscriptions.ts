@@ -8,13 +8,19 @@ import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts'
 import { type PageRequest, readNamePage } from './pagination.ts';
 import { newUid, type SubscriptionRecord, type Tombstone, type TopicRecord, versionOf } from './records.ts';
 import type { Regions } from './regions.ts';
-import { SUBSCRIPTION_FIELDS, type SubscriptionInput, type SubscriptionSettings } from './subscription-fields.ts';
+import { checkPushHost, type PushConfig, type PushConfigInput, type PushHosts } from './push-config.ts';
+import {
+  checkSubscriptionSettings,
+  SUBSCRIPTION_FIELDS,
+  type SubscriptionInput,
+  type SubscriptionSettings,
+} from './subscription-fields.ts';
 import { checkBodyName, type TopicService } from './topics.ts';
 
-export interface Subscription extends SubscriptionSettings {
+export interface Subscription extends Omit<SubscriptionSettings, 'pushConfig'> {
   name: string;
   topic: string;
-  pushConfig: Record<string, never>;
+  pushConfig: PushConfig | Record<string, never>;
   topicMessageRetentionDuration?: string;
   detached?: true;
   state: 'ACTIVE';
@@ -24,6 +30,11 @@ export interface Subscription extends SubscriptionSettings {
 export interface UpdateSubscriptionRequest {
   subscription: SubscriptionInput;
   updateMask: string[];
+}
+
+/** A ModifyPushConfigRequest: `{}` makes the subscription a pull subscription. */
+export interface ModifyPushConfigRequest {
+  pushConfig?: PushConfigInput;
 }
 
 export function renderSubscription(record: SubscriptionRecord, liveTopic: TopicRecord | undefined): Subscription {
@@ -47,6 +58,8 @@ export class SubscriptionService {
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
     private readonly topics: TopicService,
+    /** The hosts push endpoints may name (PUSH_ENDPOINT_HOSTS). */
+    private readonly pushHosts: PushHosts = '*',
   ) {}
 
   async create(_caller: CallContext, name: ResourceName, subscription: SubscriptionInput): Promise<Subscription> {
@@ -55,6 +68,7 @@ export class SubscriptionService {
     const topicName = parseResourceName('topics', subscription.topic);
     refuseUnimplemented(SUBSCRIPTION_FIELDS, subscription);
     const settings = settleAll(SUBSCRIPTION_FIELDS, subscription) as SubscriptionSettings;
+    this.checkSettings(settings);
     this.regions.requireLocal();
     let topic: TopicRecord | undefined;
     const record = await this.controlPlane.create<SubscriptionRecord>('subscription', name, async (version) => {
@@ -94,9 +108,11 @@ export class SubscriptionService {
     checkBodyName(request.subscription.name, name);
     checkUpdateMask(SUBSCRIPTION_FIELDS, request.updateMask, 'UpdateSubscriptionRequest');
     this.regions.requireLocal();
-    const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
-      settleMasked(SUBSCRIPTION_FIELDS, { ...record, version }, request.updateMask, request.subscription),
-    );
+    const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) => {
+      const next = settleMasked(SUBSCRIPTION_FIELDS, { ...record, version }, request.updateMask, request.subscription);
+      this.checkSettings(next);
+      return next;
+    });
     return renderSubscription(updated, await this.liveTopic(updated.topic));
   }
 
@@ -112,11 +128,25 @@ export class SubscriptionService {
     );
   }
 
+  /** ModifyPushConfig: an update of `pushConfig` alone (`{}` switches to pull). */
+  async modifyPushConfig(caller: CallContext, name: ResourceName, request: ModifyPushConfigRequest): Promise<void> {
+    if (!request.pushConfig) throw invalidArgument('The ModifyPushConfigRequest must set push_config.');
+    await this.update(caller, name, {
+      subscription: { pushConfig: request.pushConfig },
+      updateMask: ['pushConfig'],
+    });
+  }
+
   async delete(_caller: CallContext, name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
       tombstoneOf(record, version),
     );
+  }
+
+  private checkSettings(settings: Partial<SubscriptionSettings>): void {
+    checkSubscriptionSettings(settings);
+    checkPushHost(settings.pushConfig, this.pushHosts);
   }
 
   /** Records that a stream is using the subscription (its expiration counts from the last use). */

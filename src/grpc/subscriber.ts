@@ -1,9 +1,15 @@
 import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grpc-js';
 import { parseBody } from '../schemas/common.ts';
-import { acknowledgeBodySchema, modifyAckDeadlineBodySchema, pullBodySchema } from '../schemas/subscriptions.ts';
+import {
+  acknowledgeBodySchema,
+  modifyAckDeadlineBodySchema,
+  modifyPushConfigBodySchema,
+  pullBodySchema,
+} from '../schemas/subscriptions.ts';
 import { type GrpcServices, unary, unimplemented } from './calls.ts';
 import {
   pageRequest,
+  pushConfigInput,
   requestName,
   requestProject,
   subscriptionInput,
@@ -99,7 +105,16 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
       },
     ),
     StreamingPull: (call: ServerDuplexStream<object, object>) => streamingPull(services, call),
-    ModifyPushConfig: unimplemented('Subscriber.ModifyPushConfig'),
+    ModifyPushConfig: unary(services, async (request: SubscriptionRequest & { pushConfig?: object }, caller) => {
+      const name = subscription(request);
+      const body = parseBody(
+        modifyPushConfigBodySchema,
+        { pushConfig: request.pushConfig && pushConfigInput(request.pushConfig) },
+        'modifyPushConfig request',
+      );
+      await broker.subscriptions.modifyPushConfig(caller, name, body);
+      return {};
+    }),
     GetSnapshot: unimplemented('Subscriber.GetSnapshot'),
     ListSnapshots: unimplemented('Subscriber.ListSnapshots'),
     CreateSnapshot: unimplemented('Subscriber.CreateSnapshot'),

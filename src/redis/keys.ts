@@ -59,6 +59,11 @@ export class Keys {
     return new TopicKeys(`${this.prefix}:{t${topicUid}}`);
   }
 
+  /** Pub/Sub channel told of every change of a subscription record (push delivery re-reads the push subscriptions). */
+  get subscriptionsChannel(): string {
+    return `${this.prefix}:wake:subscriptions`;
+  }
+
   /** Pub/Sub channel that wakes long-polling pulls of a topic's subscriptions. */
   wakeChannel(topicUid: string): string {
     return `${this.prefix}:wake:t${topicUid}`;

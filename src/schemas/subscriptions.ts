@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { pushConfigSchema } from '../broker/push-config.ts';
 import { SUBSCRIPTION_FIELDS } from '../broker/subscription-fields.ts';
 import { resourceSchema } from './common.ts';
 import { int32 } from './wire-types.ts';
@@ -28,3 +29,5 @@ export const modifyAckDeadlineBodySchema = z.strictObject({
 
 /** DetachSubscription takes no body (its one field is the path): `{}` or nothing. */
 export const detachBodySchema = z.strictObject({});
+
+export const modifyPushConfigBodySchema = z.strictObject({ pushConfig: pushConfigSchema.optional() });

@@ -135,7 +135,6 @@ t.test('subscriptions', async (t) => {
     'ackDeadlineSeconds 5',
   );
   for (const [field, extra] of [
-    ['pushConfig', { pushConfig: { pushEndpoint: 'https://example.com/push' } }],
     ['deadLetterPolicy', { deadLetterPolicy: { deadLetterTopic: topicName('dlq'), maxDeliveryAttempts: 5 } }],
   ] as const) {
     const error = await rpcError(b.subscriber, 'CreateSubscription', sub('sub-c', extra));
@@ -422,7 +421,6 @@ t.test('unimplemented RPCs answer UNIMPLEMENTED, naming the method', async (t) =
     [b.subscriber, 'Subscriber', 'ListSnapshots', { project: `projects/${P}` }],
     [b.subscriber, 'Subscriber', 'UpdateSnapshot', {}],
     [b.subscriber, 'Subscriber', 'DeleteSnapshot', { snapshot: `projects/${P}/snapshots/x` }],
-    [b.subscriber, 'Subscriber', 'ModifyPushConfig', { subscription: subName('sub') }],
     [b.publisher, 'Publisher', 'ListTopicSnapshots', { topic: topicName('top') }],
   ] as const) {
     const error = await rpcError(client, method, request);

@@ -253,16 +253,16 @@ t.test('defaults and stored fields on create', async (t) => {
     ],
     ['unknown field', { topic: TOPIC, bogus: 1 }, 400, unknownField('bogus')],
     [
-      'pushConfig.pushEndpoint',
-      { topic: TOPIC, pushConfig: { pushEndpoint: 'https://example.com/push' } },
-      501,
-      unimplemented('pushConfig'),
+      'pushConfig.pushEndpoint not http(s)',
+      { topic: TOPIC, pushConfig: { pushEndpoint: 'ftp://example.com/push' } },
+      400,
+      invalid('Invalid push_config.push_endpoint: "ftp://example.com/push" is not an http or https URL.'),
     ],
     [
       'pushConfig attributes only',
       { topic: TOPIC, pushConfig: { attributes: { 'x-goog-version': 'v1' } } },
-      501,
-      unimplemented('pushConfig'),
+      400,
+      invalid('push_config.push_endpoint must be set when other push_config fields are.'),
     ],
     [
       'malformed filter',
@@ -483,10 +483,10 @@ t.test('PATCH subscription', async (t) => {
     ],
     ['bigqueryConfig path', { subscription: {}, updateMask: 'bigqueryConfig' }, 501, unimplemented('bigqueryConfig')],
     [
-      'pushConfig with an endpoint',
-      { subscription: { pushConfig: { pushEndpoint: 'https://example.com/push' } }, updateMask: 'pushConfig' },
-      501,
-      unimplemented('pushConfig'),
+      'pushConfig with an endpoint that is no URL',
+      { subscription: { pushConfig: { pushEndpoint: 'example.com/push' } }, updateMask: 'pushConfig' },
+      400,
+      invalid('Invalid push_config.push_endpoint: "example.com/push" is not an http or https URL.'),
     ],
     [
       'ackDeadlineSeconds 9',

@@ -16,7 +16,6 @@ const TOPIC = `projects/${P}/topics/un-topic`;
 /** [HTTP method, path as Pub/Sub's reference writes it, RPC]. */
 const METHODS: [string, string, string][] = [
   ['GET', '/v1/projects/{project}/topics/{topic}/snapshots', 'Publisher.ListTopicSnapshots'],
-  ['POST', '/v1/projects/{project}/subscriptions/{subscription}:modifyPushConfig', 'Subscriber.ModifyPushConfig'],
   ['POST', '/v1/projects/{project}/subscriptions/{subscription}:seek', 'Subscriber.Seek'],
   ['GET', '/v1/projects/{project}/snapshots', 'Subscriber.ListSnapshots'],
   ['GET', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.GetSnapshot'],
@@ -91,7 +90,6 @@ t.test('methods the broker does not implement answer 501 UNIMPLEMENTED', async (
   // Bodies as the official clients would send them, where the method takes one.
   const bodies: Record<string, unknown> = {
     'Subscriber.Seek': { time: '2026-01-01T00:00:00Z' },
-    'Subscriber.ModifyPushConfig': { pushConfig: { pushEndpoint: 'https://example.com/push' } },
     'Subscriber.CreateSnapshot': { subscription: `projects/${P}/subscriptions/un-sub` },
     'IAMPolicy.SetIamPolicy': { policy: { bindings: [] } },
     'IAMPolicy.TestIamPermissions': { permissions: ['pubsub.topics.get'] },

@@ -1,0 +1,361 @@
+import type { DeliveryService } from './delivery.ts';
+import type { LeasedMessage } from './pull.ts';
+import { type PushHosts, pushHostAllowed } from './push-config.ts';
+import { push, type PushTarget } from './push-request.ts';
+import { PushWindow } from './push-window.ts';
+import type { SubscriptionRecord } from './records.ts';
+import type { Regions } from './regions.ts';
+import type { Waiter } from './wakeups.ts';
+
+/**
+ * Push delivery (README.md, "Push subscriptions"). Every broker node pushes every push
+ * subscription, and leasing keeps them from pushing one message twice at a time: a pusher
+ * leases messages with the same pull script as pulls and streams (DeliveryService.pullOnce,
+ * the subscription's ack deadline as lease), POSTs each to the endpoint, then acknowledges it
+ * or gives it back. Ordering keys keep one request outstanding per key: a key's later messages
+ * are not leased while any of its messages is outstanding, and those one pull leases together
+ * are pushed one after the other.
+ *
+ * Which subscriptions push: each node lists the subscription records of its region (HSCAN,
+ * parsing only the records that mention a push config) at start, whenever the control plane
+ * announces a change of any subscription record on the subscriptions channel (every create,
+ * update and delete, also copies made by a region sync), and every PushOptions.relistIntervalMs
+ * in case an announcement was missed (Redis pub/sub does not queue for a reconnecting node).
+ */
+export interface PushOptions {
+  /** The hosts push endpoints may name (PUSH_ENDPOINT_HOSTS). */
+  hosts: PushHosts;
+  /** How often the push subscriptions are listed again without an announcement. */
+  relistIntervalMs: number;
+  /** How long stopping waits for requests under way before it ends them. */
+  closeWaitMs: number;
+  log: (message: string) => void;
+}
+
+/** After a failed Redis call, a pusher tries again this much later (never a tight loop). */
+const RETRY_MS = 1_000;
+const HSCAN_COUNT = 500;
+
+/** The policies other parts of the broker define, read without depending on their shape. */
+const hasPolicy = (record: SubscriptionRecord, field: 'retryPolicy' | 'deadLetterPolicy') =>
+  (record as unknown as Record<string, unknown>)[field] !== undefined;
+
+export class PushService {
+  private readonly pushers = new Map<string, Pusher>();
+  private readonly stopping = new Set<Promise<void>>();
+  private listing?: Promise<void>;
+  private listAgain = false;
+  private timer?: NodeJS.Timeout;
+  private announcements?: Waiter;
+  private closed = false;
+  /** Subscriptions whose endpoint the host setting refuses, warned about once. */
+  private readonly refused = new Set<string>();
+
+  constructor(
+    private readonly regions: Regions,
+    private readonly delivery: DeliveryService,
+    private readonly options: PushOptions,
+  ) {}
+
+  start(): void {
+    void this.listen();
+    this.requestListing();
+    this.timer = setInterval(() => this.requestListing(), this.options.relistIntervalMs);
+    this.timer.unref();
+  }
+
+  /** The names of the subscriptions this node pushes now. */
+  get pushing(): string[] {
+    return [...this.pushers.keys()];
+  }
+
+  /** Stops pushing: requests under way may finish (bounded), what is left is given back. */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.timer);
+    this.announcements?.cancel();
+    await this.listing;
+    for (const [name, pusher] of this.pushers) this.stop(name, pusher);
+    await Promise.all(this.stopping);
+  }
+
+  /** Lists the push subscriptions now, or once more after the listing under way. */
+  requestListing(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.listing) {
+      this.listAgain = true;
+      return this.listing;
+    }
+    this.listing = (async () => {
+      do {
+        this.listAgain = false;
+        try {
+          await this.list();
+        } catch (error) {
+          this.options.log(`listing push subscriptions failed: ${(error as Error).message}`);
+        }
+      } while (this.listAgain && !this.closed);
+    })().finally(() => (this.listing = undefined));
+    return this.listing;
+  }
+
+  private async listen(): Promise<void> {
+    const { wakeups, ctx } = this.regions.local;
+    const channel = ctx.keys.subscriptionsChannel;
+    while (!this.closed) {
+      try {
+        this.announcements ??= await wakeups.arm(channel);
+        const message = await this.announcements.woken;
+        // Cancelled: closing.
+        if (message === '') return;
+        // The next wake-up is armed before this one is released, so the channel stays subscribed.
+        const next = await wakeups.arm(channel);
+        this.announcements.cancel();
+        this.announcements = next;
+        this.requestListing();
+      } catch {
+        this.announcements = undefined;
+        await sleep(RETRY_MS);
+      }
+    }
+  }
+
+  private async list(): Promise<void> {
+    const region = this.regions.local;
+    if (!region.usable) return;
+    const { redis, keys } = region.ctx;
+    const found = new Map<string, SubscriptionRecord>();
+    let cursor = '0';
+    do {
+      const [next, entries] = await redis.hscan(keys.subscriptions, cursor, 'COUNT', HSCAN_COUNT);
+      cursor = next;
+      for (let i = 1; i < entries.length; i += 2) {
+        if (!entries[i].includes('"pushConfig"')) continue;
+        const record = JSON.parse(entries[i]) as SubscriptionRecord;
+        // A detached subscription has nothing to push: its backlog is gone and it gets no more.
+        if (record.pushConfig && !record.detached) found.set(record.name, record);
+      }
+    } while (cursor !== '0');
+    if (this.closed) return;
+    for (const [name, pusher] of this.pushers) {
+      const record = found.get(name);
+      if (!record || record.uid !== pusher.uid || !this.allowed(record)) this.stop(name, pusher);
+    }
+    for (const [name, record] of found) {
+      const pusher = this.pushers.get(name);
+      if (pusher) pusher.update(record);
+      else if (this.allowed(record)) this.pushers.set(name, new Pusher(record, this.delivery, this.options.log));
+    }
+  }
+
+  /** A record made before the host setting changed may name a host it now refuses: not pushed. */
+  private allowed(record: SubscriptionRecord): boolean {
+    const allowed = pushHostAllowed(record.pushConfig!.pushEndpoint, this.options.hosts);
+    if (!allowed && !this.refused.has(record.name)) {
+      this.refused.add(record.name);
+      this.options.log(`not pushing ${record.name}: PUSH_ENDPOINT_HOSTS does not allow its endpoint's host`);
+    }
+    return allowed;
+  }
+
+  private stop(name: string, pusher: Pusher): void {
+    this.pushers.delete(name);
+    const stopped = pusher.stop(this.options.closeWaitMs).finally(() => this.stopping.delete(stopped));
+    this.stopping.add(stopped);
+  }
+}
+
+/** Pushes one subscription: leases within its window, POSTs, acknowledges or gives back. */
+class Pusher {
+  private record: SubscriptionRecord;
+  private readonly window = new PushWindow();
+  /** Leased and not yet acknowledged or given back: requests under way and ordered messages waiting their turn. */
+  private outstanding = 0;
+  private readonly tasks = new Set<Promise<void>>();
+  private readonly pendingAcks: string[] = [];
+  private flushing?: Promise<void>;
+  private stopped = false;
+  /** Ends the requests still under way when stopping has waited long enough. */
+  private readonly abort = new AbortController();
+  private nudge: () => void = () => {};
+  private readonly loop: Promise<void>;
+
+  constructor(
+    record: SubscriptionRecord,
+    private readonly delivery: DeliveryService,
+    private readonly log: (message: string) => void,
+  ) {
+    this.record = record;
+    this.loop = this.run();
+  }
+
+  get uid(): string {
+    return this.record.uid;
+  }
+
+  /** A newer version of the record (another endpoint, ack deadline, ...): later requests follow it. */
+  update(record: SubscriptionRecord): void {
+    if (record.version > this.record.version) this.record = record;
+  }
+
+  async stop(waitMs: number): Promise<void> {
+    this.stopped = true;
+    this.nudge();
+    await this.loop;
+    const settled = Promise.all(this.tasks);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([settled, new Promise((resolve) => (timer = setTimeout(resolve, waitMs)))]);
+    clearTimeout(timer);
+    this.abort.abort();
+    await settled;
+    await this.flushing;
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      const room = this.window.room(this.outstanding);
+      if (room === 0) {
+        // Backing off, or the window is full: a finished request nudges the loop.
+        await this.sleep(this.window.pauseLeftMs() || undefined);
+        continue;
+      }
+      let waiter: Waiter | undefined;
+      try {
+        // Armed before looking, so that a publish between the look and the sleep is not missed.
+        waiter = await this.delivery.armWaiter(this.record);
+        if (this.stopped) break;
+        const leasedAtMs = Date.now();
+        const { received, nextDueUs } = await this.delivery.pullOnce(this.record, room);
+        if (received.length > 0) {
+          this.dispatch(received, leasedAtMs + this.record.ackDeadlineSeconds * 1000);
+          continue;
+        }
+        // Nothing available: sleep until a publish or nack wakes the topic, or a lease runs out.
+        await this.sleep(nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1, waiter.woken);
+      } catch (error) {
+        // Redis away, or the subscription deleted (the next listing stops this pusher).
+        this.log(`push delivery of ${this.record.name} failed: ${(error as Error).message}`);
+        await this.sleep(RETRY_MS);
+      } finally {
+        waiter?.cancel();
+      }
+    }
+  }
+
+  /** Starts the requests: each message at once, or one key's messages one after another. */
+  private dispatch(received: LeasedMessage[], deadlineMs: number): void {
+    this.outstanding += received.length;
+    if (!this.record.enableMessageOrdering) {
+      for (const message of received) this.track(this.pushOne(message, deadlineMs).then(() => {}));
+      return;
+    }
+    const byKey = new Map<string, LeasedMessage[]>();
+    for (const message of received) {
+      const key = message.message.orderingKey;
+      if (key === undefined) this.track(this.pushOne(message, deadlineMs).then(() => {}));
+      else byKey.set(key, [...(byKey.get(key) ?? []), message]);
+    }
+    for (const messages of byKey.values()) this.track(this.pushInOrder(messages, deadlineMs));
+  }
+
+  private async pushInOrder(messages: LeasedMessage[], deadlineMs: number): Promise<void> {
+    for (let i = 0; i < messages.length; i++) {
+      if (this.stopped && i > 0) {
+        // Stopping: the rest go back at once, the first of them taking its successors along (the ordering cascade).
+        await this.giveBack(messages.slice(i), 0);
+        return;
+      }
+      if (!(await this.pushOne(messages[i], deadlineMs))) {
+        // The later ones come back with it (the ordering cascade), when its backoff or nack ends its lease.
+        this.finish(messages.length - i - 1);
+        return;
+      }
+    }
+  }
+
+  /** One request; true when the endpoint acknowledged the message. */
+  private async pushOne(message: LeasedMessage, deadlineMs: number): Promise<boolean> {
+    const record = this.record;
+    const target: PushTarget = {
+      subscription: record.name,
+      config: record.pushConfig!,
+      withDeliveryAttempt: hasPolicy(record, 'deadLetterPolicy'),
+    };
+    // A request lasts at most until the lease runs out: after that another node may push the message.
+    const timeoutMs = deadlineMs - Date.now();
+    const acked =
+      timeoutMs > 0 &&
+      (await push(target, message, AbortSignal.any([this.abort.signal, AbortSignal.timeout(timeoutMs)])));
+    if (acked) {
+      this.window.succeeded();
+      this.acknowledge(message.ackId);
+    } else if (this.abort.signal.aborted) {
+      await this.giveBack([message], 0);
+    } else {
+      const backoffMs = this.window.failed();
+      // With a retry policy its backoff decides when the message comes again; else push backoff does.
+      await this.giveBack([message], hasPolicy(record, 'retryPolicy') ? 0 : backoffMs / 1000);
+    }
+    this.finish(1);
+    return acked;
+  }
+
+  /** Acks are sent in batches: those that come while one is sent go in the next. */
+  private acknowledge(ackId: string): void {
+    this.pendingAcks.push(ackId);
+    this.flushing ??= this.flushAcks();
+  }
+
+  private async flushAcks(): Promise<void> {
+    while (this.pendingAcks.length > 0) {
+      const batch = this.pendingAcks.splice(0, 1000);
+      try {
+        await this.delivery.acknowledgeDeliveries(this.record, batch);
+      } catch (error) {
+        // Not lost: the messages are pushed again when their leases run out.
+        this.log(`acknowledging pushed messages of ${this.record.name} failed: ${(error as Error).message}`);
+      }
+    }
+    this.flushing = undefined;
+  }
+
+  /** The messages' leases end `seconds` from now (0: available at once). */
+  private async giveBack(messages: LeasedMessage[], seconds: number): Promise<void> {
+    try {
+      await this.delivery.modifyDeliveries(
+        this.record,
+        messages.map((message) => message.ackId),
+        seconds,
+      );
+    } catch (error) {
+      // Their leases run out by themselves.
+      this.log(`giving back pushed messages of ${this.record.name} failed: ${(error as Error).message}`);
+    }
+  }
+
+  private finish(count: number): void {
+    this.outstanding -= count;
+    this.nudge();
+  }
+
+  private track(task: Promise<void>): void {
+    const tracked = task
+      .catch((error: Error) => this.log(`push of ${this.record.name} failed: ${error.message}`))
+      .finally(() => this.tasks.delete(tracked));
+    this.tasks.add(tracked);
+  }
+
+  private sleep(ms: number | undefined, woken?: Promise<unknown>): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = ms === undefined ? undefined : setTimeout(done, ms);
+      this.nudge = done;
+      woken?.then(done);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
