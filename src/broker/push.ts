@@ -5,7 +5,7 @@ import { push, type PushTarget } from './push-request.ts';
 import { PushWindow } from './push-window.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
-import type { Waiter } from './wakeups.ts';
+import { Nap, type Waiter } from './wakeups.ts';
 
 /**
  * Push delivery (README.md, "Push subscriptions"). Every broker node pushes every push
@@ -105,6 +105,8 @@ export class PushService {
     while (!this.closed) {
       try {
         this.announcements ??= await wakeups.arm(channel);
+        // Closed while arming: close() found nothing to cancel.
+        if (this.closed) return this.announcements.cancel();
         const message = await this.announcements.woken;
         // Cancelled: closing.
         if (message === '') return;
@@ -112,6 +114,7 @@ export class PushService {
         const next = await wakeups.arm(channel);
         this.announcements.cancel();
         this.announcements = next;
+        if (this.closed) return next.cancel();
         this.requestListing();
       } catch {
         this.announcements = undefined;
@@ -177,7 +180,7 @@ class Pusher {
   private stopped = false;
   /** Ends the requests still under way when stopping has waited long enough. */
   private readonly abort = new AbortController();
-  private nudge: () => void = () => {};
+  private readonly nap = new Nap();
   private readonly loop: Promise<void>;
 
   constructor(
@@ -200,7 +203,7 @@ class Pusher {
 
   async stop(waitMs: number): Promise<void> {
     this.stopped = true;
-    this.nudge();
+    this.nap.nudge();
     await this.loop;
     const settled = Promise.all(this.tasks);
     let timer: NodeJS.Timeout | undefined;
@@ -216,7 +219,7 @@ class Pusher {
       const room = this.window.room(this.outstanding);
       if (room === 0) {
         // Backing off, or the window is full: a finished request nudges the loop.
-        await this.sleep(this.window.pauseLeftMs() || undefined);
+        await this.nap.sleep(this.window.pauseLeftMs() || undefined);
         continue;
       }
       let waiter: Waiter | undefined;
@@ -231,11 +234,11 @@ class Pusher {
           continue;
         }
         // Nothing available: sleep until a publish or nack wakes the topic, or a lease runs out.
-        await this.sleep(nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1, waiter.woken);
+        await this.nap.sleep(nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1, waiter.woken);
       } catch (error) {
         // Redis away, or the subscription deleted (the next listing stops this pusher).
         this.log(`push delivery of ${this.record.name} failed: ${(error as Error).message}`);
-        await this.sleep(RETRY_MS);
+        await this.nap.sleep(RETRY_MS);
       } finally {
         waiter?.cancel();
       }
@@ -335,7 +338,7 @@ class Pusher {
 
   private finish(count: number): void {
     this.outstanding -= count;
-    this.nudge();
+    this.nap.nudge();
   }
 
   private track(task: Promise<void>): void {
@@ -343,18 +346,6 @@ class Pusher {
       .catch((error: Error) => this.log(`push of ${this.record.name} failed: ${error.message}`))
       .finally(() => this.tasks.delete(tracked));
     this.tasks.add(tracked);
-  }
-
-  private sleep(ms: number | undefined, woken?: Promise<unknown>): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = ms === undefined ? undefined : setTimeout(done, ms);
-      this.nudge = done;
-      woken?.then(done);
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
   }
 }
 

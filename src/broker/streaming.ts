@@ -9,7 +9,7 @@ import { parseResourceName, type ResourceName } from './names.ts';
 import { OutstandingDeliveries } from './outstanding.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SubscriptionService } from './subscriptions.ts';
-import { CONFIG_CHANGED } from './wakeups.ts';
+import { CONFIG_CHANGED, Nap } from './wakeups.ts';
 
 /**
  * One streaming pull (StreamingPull in googleapis' google/pubsub/v1/pubsub.proto; README.md,
@@ -98,7 +98,7 @@ export class StreamingSession {
   /** Frames are handled one at a time, in arrival order. */
   private queue: Promise<void> = Promise.resolve();
   /** Wakes the delivery loop: flow-control room, a closed stream, or new stream settings. */
-  private nudge: () => void = () => {};
+  private readonly nap = new Nap();
 
   constructor(
     /** Who opened the stream: its frames are that caller's calls. */
@@ -133,7 +133,7 @@ export class StreamingSession {
     this.closed = true;
     clearTimeout(this.firstFrameTimer);
     clearInterval(this.heartbeat);
-    this.nudge();
+    this.nap.nudge();
   }
 
   /** Resolves when every frame received so far has been handled. */
@@ -297,7 +297,7 @@ export class StreamingSession {
     for (const [ackId, code] of outcome.failures) {
       if (finalFailures.includes(code)) released = this.outstanding.delete(ackId) || released;
     }
-    if (released) this.nudge();
+    if (released) this.nap.nudge();
   }
 
   /**
@@ -317,20 +317,20 @@ export class StreamingSession {
       const from = entry.orderingKey === undefined ? undefined : firstNacked.get(entry.orderingKey);
       if (from !== undefined && entry.seq > from) this.outstanding.delete(ackId);
     });
-    this.nudge();
+    this.nap.nudge();
   }
 
   private async deliverLoop(): Promise<void> {
     while (!this.closed) {
       const blocked = this.transport.blocked?.();
       if (blocked) {
-        await this.sleep(undefined, blocked);
+        await this.nap.sleep(undefined, blocked);
         continue;
       }
       this.outstanding.forgetExpired(Date.now());
       const room = this.room();
       if (room === 0) {
-        await this.sleep(Math.max(1, this.outstanding.nextExpiryMs() - Date.now()));
+        await this.nap.sleep(Math.max(1, this.outstanding.nextExpiryMs() - Date.now()));
         continue;
       }
       const record = this.record!;
@@ -366,7 +366,7 @@ export class StreamingSession {
           continue;
         }
         const dueMs = nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1;
-        await this.sleep(dueMs, waiter.woken);
+        await this.nap.sleep(dueMs, waiter.woken);
       } finally {
         waiter.cancel();
       }
@@ -427,18 +427,6 @@ export class StreamingSession {
     checkPullable(this.record);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
-  }
-
-  private sleep(ms: number | undefined, woken?: Promise<unknown>): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = ms === undefined ? undefined : setTimeout(done, ms);
-      this.nudge = done;
-      woken?.then(done);
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
   }
 
   private properties(): SubscriptionProperties {

@@ -87,3 +87,28 @@ export class Wakeups {
     }
   }
 }
+
+/**
+ * A delivery loop's sleep: it ends after `ms` (never, if undefined), when `woken` settles, or when
+ * the loop is nudged (flow-control room, a close, new settings), whichever comes first.
+ */
+export class Nap {
+  private wake: () => void = () => {};
+
+  /** Ends the sleep under way, if any. */
+  nudge(): void {
+    this.wake();
+  }
+
+  sleep(ms: number | undefined, woken?: Promise<unknown>): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = ms === undefined ? undefined : setTimeout(done, ms);
+      this.wake = done;
+      woken?.then(done);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  }
+}
