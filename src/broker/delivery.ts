@@ -135,6 +135,14 @@ export class DeliveryService {
   }
 
   /**
+   * Gives back leases that never reached a client (settlement.ts). Nobody holds them, so no
+   * stream hears of it.
+   */
+  releaseDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
+    return this.settlement.releaseDeliveries(record, ackIds);
+  }
+
+  /**
    * Calls `listener` after every settlement made through this process, whether a unary call or a
    * stream made it: streams learn that what they delivered was acked or nacked elsewhere (the
    * official clients ack with unary calls) and free its flow-control room.

@@ -10,9 +10,10 @@ export interface RegionBacklog {
 
 /**
  * Every subscription's un-acked messages in every usable region, read without a script (a
- * gauge may be a moment stale). Unordered: the ready list plus the leases. Ordered: keyed
- * messages all live in `keyed`, so they are counted there, and taken out of the ready list
- * (one `k:` marker per queued key) and the leases (each busy key's outstanding count).
+ * gauge may be a moment stale). Unordered: the ready list, the delayed set (retry backoffs)
+ * and the leases. Ordered: keyed messages all live in `keyed`, so they are counted there, and
+ * taken out of the ready list and the delayed set (one `k:` marker per queued key) and the
+ * leases (each busy key's outstanding count).
  */
 export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]> {
   const { redis, keys } = regions.requireLocal().ctx;
@@ -25,12 +26,16 @@ export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]
     const counts = await Promise.all(
       records.map(async (record) => {
         const sub = regionKeys.topicData(record.topicUid).subscription(record.uid);
-        const [ready, leased] = await Promise.all([regionRedis.llen(sub.ready), regionRedis.zcard(sub.leased)]);
-        if (!record.enableMessageOrdering) return ready + leased;
+        const [ready, delayed, leased] = await Promise.all([
+          regionRedis.llen(sub.ready),
+          regionRedis.zcard(sub.delayed),
+          regionRedis.zcard(sub.leased),
+        ]);
+        if (!record.enableMessageOrdering) return ready + delayed + leased;
         const [keyed, keyStates] = await Promise.all([regionRedis.zcard(sub.keyed), regionRedis.hvals(sub.keyStates)]);
         const queuedKeys = keyStates.filter((state) => state === 'q').length;
         const outstandingKeyed = keyStates.reduce((sum, state) => sum + (state === 'q' ? 0 : Number(state)), 0);
-        return ready - queuedKeys + leased - outstandingKeyed + keyed;
+        return ready + delayed - queuedKeys + leased - outstandingKeyed + keyed;
       }),
     );
     records.forEach((record, i) => {

@@ -20,8 +20,8 @@ export const MAX_PULL_MESSAGES = 1000;
 export const MAX_PULL_BYTES = 10_000_000;
 /**
  * A remote region that answers slower than this is skipped by a pull: a sick region must not
- * stall pulls through the healthy ones. Whatever its script leased meanwhile is nacked when the
- * answer comes (nobody saw it, so exactly-once still holds), or else delivered again when the
+ * stall pulls through the healthy ones. Whatever its script leased meanwhile is given back when
+ * the answer comes (nobody saw it, so exactly-once still holds), or else delivered again when the
  * lease runs out.
  */
 const REMOTE_PULL_TIMEOUT_MS = 2_000;
@@ -156,16 +156,15 @@ export class Puller {
 
   /**
    * A remote pull given up on may still lease messages when its answer comes: nobody got them,
-   * so they are nacked at once instead of waiting for their leases to run out.
+   * so they are given back at once instead of waiting for their leases to run out.
    */
   private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: ReceivedMessage[] }>): void {
     pulling
       .then(({ received }) =>
         received.length > 0
-          ? this.settlement.modifyDeliveries(
+          ? this.settlement.releaseDeliveries(
               record,
               received.map((m) => m.ackId),
-              0,
             )
           : undefined,
       )

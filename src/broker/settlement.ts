@@ -73,14 +73,31 @@ export class Settlement {
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
   modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, ({ ctx }, members) => {
-      const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
-      return modifyAckDeadline(ctx.scripts, sub, {
-        time: ctx.clock.scriptTime(),
-        seconds,
-        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-        members,
-      });
+    return this.settle(record, ackIds, (region, members) => this.modifyMembers(region, record, members, seconds));
+  }
+
+  /**
+   * Gives back leases that never reached a client (a pull answered to nobody, a stream's lease
+   * over its budget): available again at once, and no delivery attempt of the message.
+   */
+  releaseDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
+    return this.settle(record, ackIds, (region, members) => this.modifyMembers(region, record, members, 0, true));
+  }
+
+  private modifyMembers(
+    { ctx }: Region,
+    record: SubscriptionRecord,
+    members: string[],
+    seconds: number,
+    release = false,
+  ): Promise<SettleResult> {
+    const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
+    return modifyAckDeadline(ctx.scripts, sub, {
+      time: ctx.clock.scriptTime(),
+      seconds,
+      release,
+      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+      members,
     });
   }
 

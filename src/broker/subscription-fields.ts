@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
+import { invalidArgument } from '../errors.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
-import { invalidArgument } from '../errors.ts';
 import { parseFilter } from './filter.ts';
 import { type PushConfig, pushConfigSchema, settlePushConfig } from './push-config.ts';
 import { type FieldDefinition, type FieldTable, outputField, unimplementedField, type WireOf } from './fields.ts';
@@ -25,6 +25,13 @@ export interface SubscriptionSettings {
   labels?: Record<string, string>;
   enableMessageOrdering?: boolean;
   filter?: string;
+  retryPolicy?: RetryPolicy;
+}
+
+/** How long redeliveries wait after a nack or an expired lease (Durations, "10s"). */
+export interface RetryPolicy {
+  minimumBackoff: string;
+  maximumBackoff: string;
 }
 
 const DEFAULT_ACK_DEADLINE_SECONDS = 10;
@@ -35,11 +42,30 @@ const RETENTION_MIN_SECONDS = 600;
 const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
 const EXPIRATION_MIN_SECONDS = 24 * 3600;
 const EXPIRATION_MAX_SECONDS = 365 * 24 * 3600;
+const DEFAULT_MINIMUM_BACKOFF = '10s';
+const DEFAULT_MAXIMUM_BACKOFF = '600s';
+const BACKOFF_MAX_SECONDS = 600;
 
 const field = <Value>(definition: FieldDefinition<SubscriptionSettings, Value>) => definition;
 /** A flag is stored only when set. */
 const flag = (value: boolean | undefined): true | undefined => (value ? true : undefined);
 const configFlag = (value: boolean | undefined) => (value ? '1' : '0');
+const microseconds = (duration: string, field: string) =>
+  String(Math.round(parseDurationSeconds(duration, field) * 1_000_000));
+
+/** A retry policy as stored: each backoff 0 to 600 s, defaulted, the maximum not below the minimum. */
+function settleRetryPolicy(policy: { minimumBackoff?: string; maximumBackoff?: string }): RetryPolicy {
+  const backoff = (value: string | undefined, fallback: string, name: string) =>
+    checkDuration(value || fallback, `retryPolicy.${name}`, 0, BACKOFF_MAX_SECONDS);
+  const minimumBackoff = backoff(policy.minimumBackoff, DEFAULT_MINIMUM_BACKOFF, 'minimumBackoff');
+  const maximumBackoff = backoff(policy.maximumBackoff, DEFAULT_MAXIMUM_BACKOFF, 'maximumBackoff');
+  if (parseDurationSeconds(maximumBackoff, 'maximumBackoff') < parseDurationSeconds(minimumBackoff, 'minimumBackoff')) {
+    throw invalidArgument(
+      `Invalid retryPolicy: maximumBackoff (${maximumBackoff}) must not be less than minimumBackoff (${minimumBackoff}).`,
+    );
+  }
+  return { minimumBackoff, maximumBackoff };
+}
 
 export const SUBSCRIPTION_FIELDS = {
   name: field({ wire: z.string(), access: 'immutable' }),
@@ -72,9 +98,7 @@ export const SUBSCRIPTION_FIELDS = {
       value
         ? checkDuration(value, 'messageRetentionDuration', RETENTION_MIN_SECONDS, RETENTION_MAX_SECONDS)
         : DEFAULT_RETENTION,
-    deliveryConfig: (retention: string) => [
-      ['retentionUs', String(Math.round(parseDurationSeconds(retention, 'messageRetentionDuration') * 1_000_000))],
-    ],
+    deliveryConfig: (retention: string) => [['retentionUs', microseconds(retention, 'messageRetentionDuration')]],
   }),
   labels: field({
     wire: labelsSchema,
@@ -105,7 +129,17 @@ export const SUBSCRIPTION_FIELDS = {
     settle: (text) => (parseFilter(text ?? '') ? text : undefined),
   }),
   deadLetterPolicy: unimplementedField(),
-  retryPolicy: unimplementedField(),
+  retryPolicy: field({
+    wire: z.strictObject({ minimumBackoff: durationString.optional(), maximumBackoff: durationString.optional() }),
+    access: 'mutable',
+    // Absent: redeliveries are immediate; {} is the default backoffs.
+    settle: (policy) => (policy ? settleRetryPolicy(policy) : undefined),
+    // '' for none: attaching writes every field, so a removed policy clears them.
+    deliveryConfig: (policy: RetryPolicy | undefined) => [
+      ['minBackoffUs', policy ? microseconds(policy.minimumBackoff, 'minimumBackoff') : ''],
+      ['maxBackoffUs', policy ? microseconds(policy.maximumBackoff, 'maximumBackoff') : ''],
+    ],
+  }),
   // Set only by DetachSubscription (subscriptions.ts); Pub/Sub creates a subscription attached
   // whatever a request says, so a request's value is ignored like any output field's.
   detached: outputField(z.boolean()),

@@ -21,6 +21,7 @@
 ]]
 local config_key, leased_key, bodies_prefix, refs_key, ready_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local keyed_key, deliveries_key, key_states_key = KEYS[6], KEYS[7], KEYS[8]
+local key_structures = { keyed = keyed_key, states = key_states_key, ready = ready_key }
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
@@ -96,7 +97,7 @@ argv_chunks(3, function(members)
   table.sort(keys, function(a, b) return last_ack_of_key[a] < last_ack_of_key[b] end)
   for _, key in ipairs(keys) do
     if redis.call('HINCRBY', key_states_key, key, -acked_per_key[key]) <= 0 then
-      if release_key(keyed_key, key_states_key, ready_key, key, false) then woke = true end
+      if release_key(key_structures, key, false) then woke = true end
     end
   end
 end)

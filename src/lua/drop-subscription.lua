@@ -11,6 +11,7 @@
   KEYS[8]    its keyed ZSET (ordered subscriptions)
   KEYS[9]    its keyed deliveries (HASH)
   KEYS[10]   its key states (HASH)
+  KEYS[11]   its delayed set (ZSET)
   ARGV[1]    subscription uid
   ARGV[2]    how many entries to release from each structure in this call
   Returns    the number of entries still held (0 = fully dropped)
@@ -20,7 +21,7 @@
 ]]
 local state_key, attached_key, config_key, ready_key, leased_key, bodies_prefix, refs_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local keyed_key, deliveries_key, key_states_key = KEYS[8], KEYS[9], KEYS[10]
+local keyed_key, deliveries_key, key_states_key, delayed_key = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local batch = tonumber(ARGV[2])
 if redis.call('HDEL', attached_key, ARGV[1]) == 1 then
   redis.call('HINCRBY', state_key, 'attachVersion', 1)
@@ -28,9 +29,13 @@ end
 redis.call('DEL', config_key)
 
 local seqs = {}
-for _, entry in ipairs(redis.call('LPOP', ready_key, batch) or {}) do
+-- A ready-list entry holds its message's body; a key marker holds nothing.
+local function release_entry(entry)
   if string.sub(entry, 1, 2) ~= 'k:' then seqs[#seqs + 1] = (split_entry(entry)) end
 end
+for _, entry in ipairs(redis.call('LPOP', ready_key, batch) or {}) do release_entry(entry) end
+local delayed = redis.call('ZPOPMIN', delayed_key, batch)
+for i = 1, #delayed, 2 do release_entry(delayed[i]) end
 local leases = redis.call('ZPOPMIN', leased_key, batch)
 for i = 1, #leases, 2 do
   local seq = split_entry(leases[i])
@@ -41,5 +46,6 @@ for i = 1, #keyed, 2 do seqs[#seqs + 1] = keyed_member_seq(keyed[i]) end
 if #seqs > 0 then release_bodies(bodies_prefix, refs_key, seqs) end
 
 local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)
+  + redis.call('ZCARD', delayed_key)
 if remaining == 0 then redis.call('DEL', deliveries_key, key_states_key) end
 return remaining

@@ -1,17 +1,23 @@
 --[[
   modify-ack-deadline: sets new deadlines for deliveries of one subscription; 0 seconds is a nack,
-  which makes the message available at once and, for a keyed message of an ordered subscription,
-  cascades to the later outstanding messages of its key.
-  KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0")
+  which makes the message available again (at once, or after the subscription's retry backoff)
+  and, for a keyed message of an ordered subscription, cascades to the later outstanding messages
+  of its key. A release gives back leases that never reached a client (a pull nobody received,
+  a stream's lease over its flow-control budget): as a nack, but no delivery attempt is counted
+  and no backoff waited (the generation goes back; nobody holds that delivery's ack ID).
+  KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0", minBackoffUs, maxBackoffUs)
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[3]    ready list
   KEYS[4]    keyed ZSET (empty without ordering)
   KEYS[5]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
   KEYS[6]    key states (HASH key -> "q" | outstanding count; empty without ordering)
+  KEYS[7]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    new deadline in seconds from now (0..600)
-  ARGV[3]    wake channel, published to when something became available
-  ARGV[4..]  deliveries as "seq:gen"
+  ARGV[3]    wake channel, published to when something became available (or will be, after a
+             backoff: long polls then look again when it ends)
+  ARGV[4]    '1': a release (ARGV[2] is 0), else ''
+  ARGV[5..]  deliveries as "seq:gen"
   Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
              DELIVERY_APPLIED  deadline changed (or nacked)
              DELIVERY_GONE     no such lease: acknowledged, superseded, nacked before, or unknown
@@ -21,31 +27,44 @@
   Invariant: only the named generation's lease changes; a nack ends that lease, so its ack ID
              stops working. A nacked keyed message is delivered again before any later message of
              its key, and the later ones already handed out are delivered again after it, in order.
+             A nacked message is not delivered again before its backoff ends.
 ]]
 local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
-local keys = { keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased = leased_key, ready = ready_key }
+local keys = {
+  keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased = leased_key, ready = ready_key, delayed = KEYS[7],
+}
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
-local exactly_once = exactly_once_mode(config_key)
-if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
+local releasing = ARGV[4] == '1'
+local config = redis.call('HMGET', config_key, 'exactlyOnce', 'minBackoffUs', 'maxBackoffUs')
+if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
+local exactly_once = config[1] == '1'
+local policy = retry_policy(config[2], config[3])
 mark_active(config_key, now)
 
 local results = {}
 local woke = false
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local member = ARGV[i]
   local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
   if (status == 'valid' or status == 'expired') and seconds > 0 then
     redis.call('ZADD', leased_key, 'XX', now + seconds * 1000000, member)
   elseif status == 'valid' or status == 'expired' then
-    local seq = split_entry(member)
+    local seq, gen = split_entry(member)
     local info = redis.call('HGET', keys.deliveries, seq)
     if info then
       local _, _, key = split_keyed_delivery(info)
-      if revoke_from(keys, key, seq) then woke = true end
+      if revoke_from(keys, key, seq, releasing and 'release' or 'nack', now, policy) then woke = true end
     else
       redis.call('ZREM', leased_key, member)
-      redis.call('LPUSH', ready_key, member)
+      local wait = backoff_us(policy, gen)
+      if releasing then
+        redis.call('LPUSH', ready_key, gen > 1 and seq .. ':' .. (gen - 1) or seq)
+      elseif wait > 0 then
+        redis.call('ZADD', keys.delayed, now + wait, member)
+      else
+        redis.call('LPUSH', ready_key, member)
+      end
       woke = true
     end
   end

@@ -52,15 +52,19 @@ end
 -- or 'expired'): the caller knows whether the subscription is exactly-once.
 local RESULT = { gone = DELIVERY_GONE, valid = DELIVERY_APPLIED, expired = DELIVERY_EXPIRED, refused = DELIVERY_EXPIRED }
 
--- Ends a pull: stores the new leases or, when there are none, tells the caller in how many
--- microseconds the earliest lease runs out (out[2]), so it knows when to look again.
-local function finish_pull(leased_key, leases, out, now)
-  if #leases > 0 then
-    redis.call('ZADD', leased_key, unpack(leases))
-    return
-  end
-  local earliest = redis.call('ZRANGE', leased_key, 0, 0, 'WITHSCORES')
-  if earliest[2] then out[2] = tonumber(earliest[2]) - now end
+-- A subscription's retry policy, from its config fields minBackoffUs and maxBackoffUs ('' or
+-- absent: none, redeliveries are immediate): {min = µs, max = µs}.
+local function retry_policy(min_us, max_us)
+  if not min_us or min_us == '' then return nil end
+  return { min = tonumber(min_us), max = tonumber(max_us) }
+end
+
+-- How long a message waits before its next delivery after its attempts-th delivery failed (a
+-- nack or an expired lease): min × 2^(attempts - 1), at most max (µs); 0 without a policy.
+-- (The exponent is capped so that a zero minimum never meets an infinite factor.)
+local function backoff_us(policy, attempts)
+  if not policy then return 0 end
+  return math.min(policy.min * 2 ^ math.min(attempts - 1, 40), policy.max)
 end
 
 -- Message bodies live in blocks of SEQS_PER_BLOCK seqs: the body of seq b * SEQS_PER_BLOCK + i
@@ -145,40 +149,82 @@ local function key_range(key)
   return '[' .. prefix, '(' .. prefix .. ';'
 end
 
--- "gen|o|key" / "gen|w|key" -> gen, state, key
+-- A keyed delivery is "<gen>|o|<key>" (outstanding) or "<gen>|w|<key>" (waiting to be delivered
+-- again), where <gen> may go on with "/<uncounted>" and "/<uncounted>/<due>": uncounted is how
+-- many of its deliveries were cut short by the cascade of an earlier message (they are no
+-- delivery attempts of its own), due when a waiting one's retry backoff ends (µs).
+-- -> gen, state, key, uncounted, due (nil: none)
 local function split_keyed_delivery(info)
   local first = string.find(info, '|', 1, true)
-  return tonumber(string.sub(info, 1, first - 1)), string.sub(info, first + 1, first + 1), string.sub(info, first + 3)
+  local head, state, key = string.sub(info, 1, first - 1), string.sub(info, first + 1, first + 1), string.sub(info, first + 3)
+  if not string.find(head, '/', 1, true) then return tonumber(head), state, key, 0, nil end
+  local gen, uncounted, due = string.match(head, '^(%d+)/(%d+)/?(%d*)$')
+  return tonumber(gen), state, key, tonumber(uncounted), tonumber(due)
 end
 
--- Makes a free key deliverable again: it goes to the ready list if it still has messages.
-local function release_key(keyed_key, key_states_key, ready_key, key, to_front)
+local function keyed_delivery(gen, state, key, uncounted, due)
+  if due then return gen .. '/' .. uncounted .. '/' .. string.format('%.0f', due) .. '|' .. state .. '|' .. key end
+  if uncounted > 0 then return gen .. '/' .. uncounted .. '|' .. state .. '|' .. key end
+  return gen .. '|' .. state .. '|' .. key
+end
+
+-- Makes a free key deliverable again: it goes to the ready list if it still has messages, or,
+-- when `due` (µs) is given, to the delayed set until then (its head waits out a retry backoff).
+-- keys: {keyed, states, ready, delayed}
+local function release_key(keys, key, to_front, due)
   local min, max = key_range(key)
-  if #redis.call('ZRANGEBYLEX', keyed_key, min, max, 'LIMIT', 0, 1) == 0 then
-    redis.call('HDEL', key_states_key, key)
+  if #redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, 1) == 0 then
+    redis.call('HDEL', keys.states, key)
     return false
   end
-  redis.call('HSET', key_states_key, key, 'q')
-  redis.call(to_front and 'LPUSH' or 'RPUSH', ready_key, 'k:' .. key)
+  redis.call('HSET', keys.states, key, 'q')
+  if due then
+    redis.call('ZADD', keys.delayed, due, 'k:' .. key)
+  else
+    redis.call(to_front and 'LPUSH' or 'RPUSH', keys.ready, 'k:' .. key)
+  end
   return true
 end
 
--- The redelivery cascade: the outstanding delivery of `seq` and every later outstanding one of
--- its key lose their leases and wait again, in order. Outstanding messages of a key always form
--- the front of its range, and at most one pull's worth (1000) of them exists.
--- Returns true when the key became deliverable (nothing of it is outstanding any more).
-local function revoke_from(keys, key, seq)
+-- The redelivery cascade: the outstanding delivery of `seq` ends, and every later outstanding
+-- one of its key loses its lease and waits again, in order. Outstanding messages of a key always
+-- form the front of its range, and at most one pull's worth (1000) of them exists. How the
+-- delivery of `seq` ended:
+--   'nack'     a delivery attempt: it waits out the retry backoff from now;
+--   'expired'  a delivery attempt: it waits out the retry backoff from its deadline;
+--   'release'  it never reached a client: undone (its generation goes back; see
+--              modify-ack-deadline.lua).
+-- A later delivery whose own lease had expired is an attempt too (and waits out its own
+-- backoff); the others were only cut short, and count as uncounted.
+-- keys: {keyed, deliveries, states, leased, ready, delayed}
+-- Returns true when the key became deliverable (nothing of it is outstanding any more), now or
+-- after its head's backoff.
+local function revoke_from(keys, key, seq, ended, now, policy)
   local _, max = key_range(key)
   local later = redis.call('ZRANGEBYLEX', keys.keyed, '[' .. keyed_member(key, seq), max, 'LIMIT', 0, 1000)
-  local revoked = 0
-  for _, member in ipairs(later) do
+  local revoked, head_due = 0, nil
+  for i, member in ipairs(later) do
     local later_seq = keyed_member_seq(member)
     local info = redis.call('HGET', keys.deliveries, later_seq)
     if not info then break end
-    local gen, state = split_keyed_delivery(info)
+    local gen, state, _, uncounted = split_keyed_delivery(info)
     if state ~= 'o' then break end
-    redis.call('ZREM', keys.leased, later_seq .. ':' .. gen)
-    redis.call('HSET', keys.deliveries, later_seq, gen .. '|w|' .. key)
+    local lease = later_seq .. ':' .. gen
+    local deadline = tonumber(redis.call('ZSCORE', keys.leased, lease)) or math.huge
+    redis.call('ZREM', keys.leased, lease)
+    local due
+    if i == 1 and ended == 'release' then
+      gen = gen - 1
+    elseif i == 1 and ended == 'nack' then
+      due = now + backoff_us(policy, gen - uncounted)
+    elseif deadline <= now then
+      due = deadline + backoff_us(policy, gen - uncounted)
+    else
+      uncounted = uncounted + 1
+    end
+    if due and due <= now then due = nil end
+    if i == 1 then head_due = due end
+    redis.call('HSET', keys.deliveries, later_seq, keyed_delivery(gen, 'w', key, uncounted, due))
     revoked = revoked + 1
   end
   local outstanding = tonumber(redis.call('HGET', keys.states, key)) - revoked
@@ -186,7 +232,7 @@ local function revoke_from(keys, key, seq)
     redis.call('HSET', keys.states, key, outstanding)
     return false
   end
-  return release_key(keys.keyed, keys.states, keys.ready, key, true)
+  return release_key(keys, key, true, head_due)
 end
 
 -- ---- Control-plane records (put-topic, put-subscription) ----

@@ -10,6 +10,7 @@
   KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
   KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
   KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
+  KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
@@ -17,7 +18,8 @@
   ARGV[5]    byte budget: no further message once the leased bodies reach it (at least one goes)
   Returns    {REPLY_OK, nextDueUs, oldestKeptUs, seq1, gen1, seq2, gen2, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
-             deadline ('' if there is no lease), so the caller knows when to look again
+             deadline or backoff end ('' if there is neither), so the caller knows when to
+             look again
              oldestKeptUs: messages published before it are past the subscription's retention
              {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached)
              The bodies are not returned: a body read into Lua costs a pass over every byte
@@ -28,15 +30,20 @@
              pullFrom), which drops them. For each key, at most one
              pull holds outstanding messages, and they are the key's oldest un-acked messages in
              order; an expired lease of a key sends that message and every later outstanding one
-             of the key back, in order, before anything newer.
+             of the key back, in order, before anything newer. With a retry policy, nothing is
+             delivered again before its backoff ends (from its nack, or its lease's deadline),
+             and a key waits for the backoff of its oldest message.
 ]]
 local config_key, ready_key, leased_key, bodies_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local keys = { keyed = KEYS[5], deliveries = KEYS[6], states = KEYS[7], leased = leased_key, ready = ready_key }
+local keys = {
+  keyed = KEYS[5], deliveries = KEYS[6], states = KEYS[7], leased = leased_key, ready = ready_key, delayed = KEYS[8],
+}
 local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
-local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs')
+local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs', 'minBackoffUs', 'maxBackoffUs')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
+local policy = retry_policy(config[3], config[4])
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
 local out = {REPLY_OK, '', oldest_kept}
@@ -65,13 +72,14 @@ local function deliver_unkeyed(entry)
   if size > 0 then lease(seq, gen + 1, size) end
 end
 
--- Leases the key's oldest messages (it has nothing outstanding when its marker is popped). Their
--- deliveries are read, and the changes written, in one call each: the members are distinct
--- messages, so nothing read here changes before it is used.
+-- Leases the key's oldest messages (it has nothing outstanding when its marker is popped), up to
+-- the first one still waiting out a backoff. Their deliveries are read, and the changes written,
+-- in one call each: the members are distinct messages, so nothing read here changes before it
+-- is used.
 local function deliver_key(key)
   local min, max = key_range(key)
   local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
-  local outstanding = 0
+  local outstanding, waits_until = 0, nil
   if #members > 0 then
     local seqs = {}
     for i, member in ipairs(members) do seqs[i] = keyed_member_seq(member) end
@@ -80,12 +88,20 @@ local function deliver_key(key)
     for i, member in ipairs(members) do
       if not has_room() then break end -- the rest of the key waits until these are acked
       local seq = seqs[i]
+      local gen, uncounted, due = 0, 0, nil
+      if infos[i] then
+        local info_gen, _, _, info_uncounted, info_due = split_keyed_delivery(infos[i])
+        gen, uncounted, due = info_gen, info_uncounted, info_due
+      end
+      if due and due > now then
+        waits_until = due
+        break
+      end
       local size = stored_size(seq)
       if size > 0 then
-        local gen = (infos[i] and split_keyed_delivery(infos[i]) or 0) + 1
         delivered[#delivered + 1] = seq
-        delivered[#delivered + 1] = gen .. '|o|' .. key
-        lease(seq, gen, size)
+        delivered[#delivered + 1] = keyed_delivery(gen + 1, 'o', key, uncounted)
+        lease(seq, gen + 1, size)
         outstanding = outstanding + 1
       else
         gone[#gone + 1] = member
@@ -101,22 +117,38 @@ local function deliver_key(key)
   if outstanding > 0 then
     redis.call('HSET', keys.states, key, outstanding)
   else
-    release_key(keys.keyed, keys.states, keys.ready, key, false)
+    release_key(keys, key, false, waits_until)
   end
 end
 
--- Expired leases first. Unkeyed ones are delivered again right here; keyed ones cascade.
+-- Work whose backoff has ended goes to the front of the ready list, the earliest first.
+local backed_off = redis.call('ZRANGEBYSCORE', keys.delayed, '-inf', now, 'LIMIT', 0, remaining)
+if #backed_off > 0 then
+  redis.call('ZREM', keys.delayed, unpack(backed_off))
+  for i = #backed_off, 1, -1 do redis.call('LPUSH', ready_key, backed_off[i]) end
+end
+
+-- Expired leases next. Unkeyed ones are delivered again right here, or after their backoff;
+-- keyed ones cascade.
 local woke = false
-local expired = redis.call('ZRANGEBYSCORE', leased_key, '-inf', now, 'LIMIT', 0, remaining)
-for _, member in ipairs(expired) do
-  local seq = split_entry(member)
+local expired = redis.call('ZRANGEBYSCORE', leased_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, remaining)
+for i = 1, #expired, 2 do
+  local member, deadline = expired[i], tonumber(expired[i + 1])
+  local seq, gen = split_entry(member)
   local info = redis.call('HGET', keys.deliveries, seq)
   if not info then
     redis.call('ZREM', leased_key, member)
-    if has_room() then deliver_unkeyed(member) else redis.call('LPUSH', ready_key, member) end
+    local available_at = deadline + backoff_us(policy, gen)
+    if available_at > now then
+      redis.call('ZADD', keys.delayed, available_at, member)
+    elseif has_room() then
+      deliver_unkeyed(member)
+    else
+      redis.call('LPUSH', ready_key, member)
+    end
   elseif redis.call('ZSCORE', leased_key, member) then -- not revoked by an earlier cascade
     local _, _, key = split_keyed_delivery(info)
-    if revoke_from(keys, key, seq) then woke = true end
+    if revoke_from(keys, key, seq, 'expired', now, policy) then woke = true end
   end
 end
 
@@ -133,6 +165,17 @@ while has_room() do
   end
 end
 
-finish_pull(leased_key, leases, out, now)
+-- Stores the new leases or, when there are none, tells the caller in how many microseconds the
+-- earliest lease runs out or backoff ends (out[2]), so it knows when to look again.
+if #leases > 0 then
+  redis.call('ZADD', leased_key, unpack(leases))
+else
+  local next_due
+  for _, waiting in ipairs({ leased_key, keys.delayed }) do
+    local earliest = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
+    if earliest[2] and (not next_due or tonumber(earliest[2]) < next_due) then next_due = tonumber(earliest[2]) end
+  end
+  if next_due then out[2] = next_due - now end
+end
 if woke then redis.call('PUBLISH', ARGV[4], '1') end
 return out

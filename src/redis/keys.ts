@@ -112,6 +112,7 @@ export class TopicKeys {
       config: `${base}:config`,
       ready: `${base}:ready`,
       leased: `${base}:leased`,
+      delayed: `${base}:delayed`,
       keyed: `${base}:keyed`,
       keyedDeliveries: `${base}:keyed-deliveries`,
       keyStates: `${base}:key-states`,
@@ -123,9 +124,11 @@ export interface SubscriptionKeys {
   config: string;
   ready: string;
   leased: string;
+  /** Work waiting out a retry backoff: ready-list entries -> when they become available (µs). */
+  delayed: string;
   /** Ordered subscriptions only: un-acked keyed messages, sorted by key then sequence. */
   keyed: string;
-  /** Ordered subscriptions only: seq -> "gen|o|key" (outstanding) or "gen|w|key" (waiting again). */
+  /** Ordered subscriptions only: seq -> "gen|o|key" (outstanding) or "gen|w|key" (waiting again); see SCHEMA.md. */
   keyedDeliveries: string;
   /** Ordered subscriptions only: key -> "q" (queued in the ready list) or outstanding count. */
   keyStates: string;

@@ -5,15 +5,21 @@ import type { RedisClient } from './client.ts';
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 2 keeps bodies in blocks of 1000 seqs (`b:<block>`,
- * SCHEMA.md); before it (format 1, never recorded) a topic incarnation kept every body in one
- * `messages` hash, and its last seq in `state.seq`.
+ * cannot find is dropped as gone. Format 3 adds to format 2 what retry policies need (a
+ * subscription's `delayed` set, uncounted deliveries and backoff ends in its keyed deliveries);
+ * format 2 keeps bodies in blocks of 1000 seqs (`b:<block>`, SCHEMA.md); before it (format 1,
+ * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
+ * `state.seq`.
  */
-export const STORAGE_FORMAT = '2';
+export const STORAGE_FORMAT = '3';
+/** A format this broker reads as it is: claiming such a store records format 3 over it. */
+const SUPERSEDED_FORMAT = '2';
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store with no recorded format is new, or was written by format 1:
+ * undefined when it may. A store of format 2 holds nothing format 3 reads otherwise: it is
+ * claimed (and brokers of format 2 refuse it from then on). A store with no recorded format is
+ * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
  *   - with format-1 bodies (`messages` hashes) it is refused: they must be delivered by the
  *     version that wrote them;
@@ -26,6 +32,7 @@ export const STORAGE_FORMAT = '2';
 export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promise<string | undefined> {
   const recorded = await redis.get(keys.storageFormat);
   if (recorded === STORAGE_FORMAT) return undefined;
+  if (recorded === SUPERSEDED_FORMAT) return recordFormat(redis, keys, 'XX');
   if (recorded !== null) {
     return `This Redis holds broker data in storage format ${recorded} (key ${keys.storageFormat}); this broker reads format ${STORAGE_FORMAT}. Run the broker version that wrote it.`;
   }
@@ -46,7 +53,15 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
         await redis.hsetnx(state, 'block', String(Math.floor(Number(seq) / SEQS_PER_BLOCK)));
     }
   }
-  await redis.set(keys.storageFormat, STORAGE_FORMAT, 'NX');
+  return recordFormat(redis, keys, 'NX');
+}
+
+/** Records this format (NX: in an unrecorded store; XX: over format 2) and checks that it holds. */
+async function recordFormat(redis: RedisClient, keys: Keys, mode: 'NX' | 'XX'): Promise<string | undefined> {
+  // ioredis types SET's condition as a literal, not as a union of them.
+  await (mode === 'NX'
+    ? redis.set(keys.storageFormat, STORAGE_FORMAT, 'NX')
+    : redis.set(keys.storageFormat, STORAGE_FORMAT, 'XX'));
   const claimed = await redis.get(keys.storageFormat);
   // Gone again (a failover lost the write): an error, so the check is tried again.
   if (claimed === null) throw new Error(`${keys.storageFormat} could not be recorded`);

@@ -170,6 +170,56 @@ t.test('subscriptions', async (t) => {
   t.equal(await code('DeleteSubscription', { subscription: subName('sub-b') }), grpcStatus.NOT_FOUND, 'deleted twice');
 });
 
+t.test('retryPolicy: Durations in and out, update mask, bad values', async (t) => {
+  const b = await startGrpcBroker(t);
+  await b.topic('topic1');
+  const created = await rpc(b.subscriber, 'CreateSubscription', {
+    name: subName('retry'),
+    topic: topicName('topic1'),
+    retryPolicy: { minimumBackoff: { seconds: 1, nanos: 500_000_000 }, maximumBackoff: { seconds: 20 } },
+  });
+  t.match(created.retryPolicy, {
+    minimumBackoff: { seconds: '1', nanos: 500_000_000 },
+    maximumBackoff: { seconds: '20', nanos: 0 },
+  });
+  t.match(
+    await b.ok('GET', `/v1/projects/${P}/subscriptions/retry`),
+    { retryPolicy: { minimumBackoff: '1.5s', maximumBackoff: '20s' } },
+    'the same over REST',
+  );
+  const defaults = await rpc(b.subscriber, 'UpdateSubscription', {
+    subscription: { name: subName('retry'), retryPolicy: {} },
+    updateMask: { paths: ['retry_policy'] },
+  });
+  t.match(
+    defaults.retryPolicy,
+    { minimumBackoff: { seconds: '10' }, maximumBackoff: { seconds: '600' } },
+    'an empty policy: the defaults',
+  );
+  for (const [why, retryPolicy] of [
+    ['a maximum below the minimum', { minimumBackoff: { seconds: 5 }, maximumBackoff: { seconds: 4 } }],
+    ['a backoff over 600 s', { minimumBackoff: { seconds: 601 } }],
+    ['a negative backoff', { minimumBackoff: { seconds: -1 } }],
+  ] as const) {
+    const error = await rpcError(b.subscriber, 'UpdateSubscription', {
+      subscription: { name: subName('retry'), retryPolicy },
+      updateMask: { paths: ['retry_policy'] },
+    });
+    t.equal(error.code, grpcStatus.INVALID_ARGUMENT, `${why}: INVALID_ARGUMENT (${error.details})`);
+  }
+  t.match(
+    await b.ok('GET', `/v1/projects/${P}/subscriptions/retry`),
+    { retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' } },
+    'the refused updates changed nothing',
+  );
+  const removed = await rpc(b.subscriber, 'UpdateSubscription', {
+    subscription: { name: subName('retry') },
+    updateMask: { paths: ['retry_policy'] },
+  });
+  t.notOk(removed.retryPolicy, 'removed by a mask without a value');
+  t.notOk('retryPolicy' in (await b.ok('GET', `/v1/projects/${P}/subscriptions/retry`)), 'and so over REST');
+});
+
 t.test('publish limits, as over REST', async (t) => {
   const b = await startGrpcBroker(t);
   await b.topic('topic1');

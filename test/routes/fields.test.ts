@@ -22,7 +22,6 @@ const P = 'fields-project';
 const SAMPLE_VALUES: Record<string, unknown> = {
   filter: 'attributes.kind = "a"',
   deadLetterPolicy: { deadLetterTopic: `projects/${P}/topics/dead`, maxDeliveryAttempts: 5 },
-  retryPolicy: { minimumBackoff: '10s' },
   detached: true,
   bigqueryConfig: { table: 'p.d.t' },
   cloudStorageConfig: { bucket: 'b' },
@@ -102,6 +101,7 @@ t.test('subscriptions: what each declared field is, clients get', async (t) => {
     retainAckedMessages: true,
     enableMessageOrdering: true,
     labels: { a: '1' },
+    retryPolicy: { minimumBackoff: '1.5s', maximumBackoff: '20s' },
   });
   t.equal(base.status, 200, 'fixture');
 
@@ -148,6 +148,13 @@ t.test('subscriptions: what each declared field is, clients get', async (t) => {
   for (const [name, field] of Object.entries(SUBSCRIPTION_FIELDS) as [string, FieldTable<never>[string]][]) {
     for (const [key, value] of field.deliveryConfig?.((record as never)[name]) ?? []) expected[key] = value;
   }
-  t.strictSame(expected, { exactlyOnce: '0', ackDeadlineUs: '30000000', retentionUs: '604800000000', ordered: '1' });
+  t.strictSame(expected, {
+    exactlyOnce: '0',
+    ackDeadlineUs: '30000000',
+    retentionUs: '604800000000',
+    ordered: '1',
+    minBackoffUs: '1500000',
+    maxBackoffUs: '20000000',
+  });
   t.has(config, expected, 'the config hash holds every setting the scripts read');
 });

@@ -29,6 +29,7 @@ const T = `/v1/projects/${P}/topics`;
 const S = `/v1/projects/${P}/subscriptions`;
 const TOPIC = `projects/${P}/topics/sp-topic`;
 const sub = (id: string, extra: Record<string, unknown> = {}) => subscriptionBody(P, id, TOPIC, extra);
+const RETRY_DEFAULTS = { minimumBackoff: '10s', maximumBackoff: '600s' };
 const notMutable = (path: string) =>
   invalid(
     `Invalid update_mask provided in the UpdateSubscriptionRequest: the '${path}' field in the Subscription is not mutable.`,
@@ -119,6 +120,27 @@ t.test('defaults and stored fields on create', async (t) => {
     // Output only: only DetachSubscription detaches (Pub/Sub, too, creates it attached).
     ['detached true is ignored', { detached: true }, {}],
     ['empty deadLetterPolicy is none', { deadLetterPolicy: {} }, {}],
+    ['retryPolicy {}: the default backoffs', { retryPolicy: {} }, { retryPolicy: RETRY_DEFAULTS }],
+    [
+      'retryPolicy minimumBackoff only',
+      { retryPolicy: { minimumBackoff: '1s' } },
+      { retryPolicy: { minimumBackoff: '1s', maximumBackoff: '600s' } },
+    ],
+    [
+      'retryPolicy 0s to 0s',
+      { retryPolicy: { minimumBackoff: '0s', maximumBackoff: '0s' } },
+      { retryPolicy: { minimumBackoff: '0s', maximumBackoff: '0s' } },
+    ],
+    [
+      'retryPolicy fractions, normalised',
+      { retryPolicy: { minimumBackoff: '0.500s', maximumBackoff: '600.000000000s' } },
+      { retryPolicy: { minimumBackoff: '0.5s', maximumBackoff: '600s' } },
+    ],
+    [
+      'retry_policy in snake_case',
+      { retry_policy: { minimum_backoff: '2s', maximum_backoff: '4s' } },
+      { retryPolicy: { minimumBackoff: '2s', maximumBackoff: '4s' } },
+    ],
     ['output-only fields are tolerated', { state: 'ACTIVE', topicMessageRetentionDuration: '1s' }, {}],
     ['name in the body equal to the URL', { name: `projects/${P}/subscriptions/{id}` }, {}],
     [
@@ -277,10 +299,46 @@ t.test('defaults and stored fields on create', async (t) => {
       unimplemented('deadLetterPolicy'),
     ],
     [
-      'retryPolicy',
-      { topic: TOPIC, retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' } },
-      501,
-      unimplemented('retryPolicy'),
+      'retryPolicy minimumBackoff 601s',
+      { topic: TOPIC, retryPolicy: { minimumBackoff: '601s' } },
+      400,
+      invalid('Invalid retryPolicy.minimumBackoff: 601s is outside the allowed range 0s to 600s.'),
+    ],
+    [
+      'retryPolicy maximumBackoff 600.5s',
+      { topic: TOPIC, retryPolicy: { maximumBackoff: '600.5s' } },
+      400,
+      invalid('Invalid retryPolicy.maximumBackoff: 600.5s is outside the allowed range 0s to 600s.'),
+    ],
+    [
+      'retryPolicy maximum below minimum',
+      { topic: TOPIC, retryPolicy: { minimumBackoff: '20s', maximumBackoff: '19s' } },
+      400,
+      invalid('Invalid retryPolicy: maximumBackoff (19s) must not be less than minimumBackoff (20s).'),
+    ],
+    [
+      'retryPolicy maximum below the default minimum',
+      { topic: TOPIC, retryPolicy: { maximumBackoff: '5s' } },
+      400,
+      invalid('Invalid retryPolicy: maximumBackoff (5s) must not be less than minimumBackoff (10s).'),
+    ],
+    [
+      'retryPolicy negative',
+      { topic: TOPIC, retryPolicy: { minimumBackoff: '-1s' } },
+      400,
+      invalidValue('retryPolicy.minimumBackoff', 'expected a duration such as "600s"'),
+    ],
+    [
+      'retryPolicy not a duration',
+      { topic: TOPIC, retryPolicy: { maximumBackoff: 10 } },
+      400,
+      invalidValue('retryPolicy.maximumBackoff', 'Invalid input: expected string, received number'),
+    ],
+    [
+      'unknown retryPolicy field',
+      { topic: TOPIC, retryPolicy: { minimumBackoff: '1s', jitter: true } },
+      400,
+      unknownField('jitter', 'retryPolicy'),
     ],
     ['bigqueryConfig', { topic: TOPIC, bigqueryConfig: { table: 'p.d.t' } }, 501, unimplemented('bigqueryConfig')],
     [
@@ -391,6 +449,17 @@ t.test('PATCH subscription', async (t) => {
     ],
     ['pushConfig {} keeps pull', { subscription: { pushConfig: {} }, updateMask: 'pushConfig' }, {}],
     [
+      'retryPolicy {}: the defaults',
+      { subscription: { retryPolicy: {} }, updateMask: 'retryPolicy' },
+      { retryPolicy: RETRY_DEFAULTS },
+    ],
+    [
+      'retry_policy (snake_case path)',
+      { subscription: { retryPolicy: { minimumBackoff: '1s', maximumBackoff: '5s' } }, updateMask: 'retry_policy' },
+      { retryPolicy: { minimumBackoff: '1s', maximumBackoff: '5s' } },
+    ],
+    ['retryPolicy absent: removed', { subscription: {}, updateMask: 'retryPolicy' }, { retryPolicy: undefined }],
+    [
       'several paths at once; topic in the body is ignored',
       {
         subscription: { topic: `projects/${P}/topics/sp-other`, ackDeadlineSeconds: 120, labels: { e: '5' } },
@@ -476,10 +545,16 @@ t.test('PATCH subscription', async (t) => {
       unimplemented('deadLetterPolicy'),
     ],
     [
-      'retryPolicy path',
-      { subscription: { retryPolicy: { minimumBackoff: '10s' } }, updateMask: 'retryPolicy' },
-      501,
-      unimplemented('retryPolicy'),
+      'retryPolicy maximum below minimum',
+      { subscription: { retryPolicy: { minimumBackoff: '2s', maximumBackoff: '1s' } }, updateMask: 'retryPolicy' },
+      400,
+      invalid('Invalid retryPolicy: maximumBackoff (1s) must not be less than minimumBackoff (2s).'),
+    ],
+    [
+      'retryPolicy minimumBackoff 601s',
+      { subscription: { retryPolicy: { minimumBackoff: '601s' } }, updateMask: 'retryPolicy' },
+      400,
+      invalid('Invalid retryPolicy.minimumBackoff: 601s is outside the allowed range 0s to 600s.'),
     ],
     ['bigqueryConfig path', { subscription: {}, updateMask: 'bigqueryConfig' }, 501, unimplemented('bigqueryConfig')],
     [

@@ -114,6 +114,7 @@ export async function dropSubscription(
       sub.keyed,
       sub.keyedDeliveries,
       sub.keyStates,
+      sub.delayed,
     ],
     [call.subscriptionUid, call.batch],
   );

@@ -28,7 +28,10 @@ export type PullResult =
   | { kind: 'no-subscription' }
   | {
       kind: 'leased';
-      /** When nothing was leased: microseconds until the earliest lease runs out (undefined: none). */
+      /**
+       * When nothing was leased: microseconds until the earliest lease runs out or retry backoff
+       * ends (undefined: neither).
+       */
       nextDueUs: number | undefined;
       /** Messages published before this are past the subscription's retention. */
       oldestKeptUs: number;
@@ -45,7 +48,7 @@ export async function pull(
 ): Promise<PullResult> {
   const reply = (await scripts.run(
     'pull',
-    [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+    [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates, sub.delayed],
     [call.time, call.max, call.leaseUs ?? '', call.wakeChannel, call.maxBytes],
   )) as [number, number | '', number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
@@ -134,6 +137,11 @@ export interface ModifyAckDeadlineCall {
   time: ScriptTime;
   /** The new deadline, in seconds from now; 0 nacks. */
   seconds: number;
+  /**
+   * With seconds 0: the leases never reached a client, so they are given back without counting
+   * as a delivery attempt or waiting out a retry backoff.
+   */
+  release?: boolean;
   wakeChannel: string;
   /** Deliveries, "seq:gen". */
   members: readonly string[];
@@ -146,8 +154,8 @@ export async function modifyAckDeadline(
 ): Promise<SettleResult> {
   const reply = await scripts.run(
     'modify-ack-deadline',
-    [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-    [call.time, call.seconds, call.wakeChannel, ...call.members],
+    [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates, sub.delayed],
+    [call.time, call.seconds, call.wakeChannel, call.release ? '1' : '', ...call.members],
   );
   return settled('modify-ack-deadline', reply as number[]);
 }
