@@ -3,6 +3,7 @@ import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
 import { invalidArgument } from '../errors.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
+import { parseResourceName } from './names.ts';
 import {
   type FieldDefinition,
   type FieldTable,
@@ -27,7 +28,15 @@ export interface SubscriptionSettings {
   retainAckedMessages?: boolean;
   labels?: Record<string, string>;
   enableMessageOrdering?: boolean;
+  deadLetterPolicy?: DeadLetterPolicy;
   retryPolicy?: RetryPolicy;
+}
+
+/** Where messages go once delivering them failed maxDeliveryAttempts times. */
+export interface DeadLetterPolicy {
+  /** A full topic name; the topic existed when the policy was set. */
+  deadLetterTopic: string;
+  maxDeliveryAttempts: number;
 }
 
 /** How long redeliveries wait after a nack or an expired lease (Durations, "10s"). */
@@ -47,6 +56,31 @@ const EXPIRATION_MAX_SECONDS = 365 * 24 * 3600;
 const DEFAULT_MINIMUM_BACKOFF = '10s';
 const DEFAULT_MAXIMUM_BACKOFF = '600s';
 const BACKOFF_MAX_SECONDS = 600;
+const DEFAULT_MAX_DELIVERY_ATTEMPTS = 5;
+const MAX_DELIVERY_ATTEMPTS = 100;
+
+/**
+ * A dead-letter policy as stored: a topic name (whether the topic exists is the service's
+ * check), attempts 5 to 100 (0 or unset: 5). Without a topic there is no policy.
+ */
+export function settleDeadLetterPolicy(
+  policy: { deadLetterTopic?: string; maxDeliveryAttempts?: number } | undefined,
+): DeadLetterPolicy | undefined {
+  if (!policy?.deadLetterTopic) {
+    if (policy?.maxDeliveryAttempts) {
+      throw invalidArgument('Invalid deadLetterPolicy: maxDeliveryAttempts needs a deadLetterTopic.');
+    }
+    return undefined;
+  }
+  const deadLetterTopic = parseResourceName('topics', policy.deadLetterTopic).full;
+  const maxDeliveryAttempts = policy.maxDeliveryAttempts || DEFAULT_MAX_DELIVERY_ATTEMPTS;
+  if (maxDeliveryAttempts < DEFAULT_MAX_DELIVERY_ATTEMPTS || maxDeliveryAttempts > MAX_DELIVERY_ATTEMPTS) {
+    throw invalidArgument(
+      `Invalid deadLetterPolicy.maxDeliveryAttempts: ${maxDeliveryAttempts}. It must be between ${DEFAULT_MAX_DELIVERY_ATTEMPTS} and ${MAX_DELIVERY_ATTEMPTS}.`,
+    );
+  }
+  return { deadLetterTopic, maxDeliveryAttempts };
+}
 
 const field = <Value>(definition: FieldDefinition<SubscriptionSettings, Value>) => definition;
 /** A flag is stored only when set. */
@@ -133,7 +167,15 @@ export const SUBSCRIPTION_FIELDS = {
     },
   }),
   filter: unimplementedField(z.string(), 'immutable'),
-  deadLetterPolicy: unimplementedField(),
+  deadLetterPolicy: field({
+    wire: z.strictObject({ deadLetterTopic: z.string().optional(), maxDeliveryAttempts: int32.optional() }),
+    access: 'mutable',
+    settle: settleDeadLetterPolicy,
+    // '' for none: attaching writes every field, so a removed policy clears it.
+    deliveryConfig: (policy: DeadLetterPolicy | undefined) => [
+      ['maxDeliveryAttempts', policy ? String(policy.maxDeliveryAttempts) : ''],
+    ],
+  }),
   retryPolicy: field({
     wire: z.strictObject({ minimumBackoff: durationString.optional(), maximumBackoff: durationString.optional() }),
     access: 'mutable',

@@ -8,7 +8,13 @@ import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts'
 import { type PageRequest, readNamePage } from './pagination.ts';
 import { newUid, type SubscriptionRecord, type Tombstone, type TopicRecord, versionOf } from './records.ts';
 import type { Regions } from './regions.ts';
-import { SUBSCRIPTION_FIELDS, type SubscriptionInput, type SubscriptionSettings } from './subscription-fields.ts';
+import {
+  type DeadLetterPolicy,
+  SUBSCRIPTION_FIELDS,
+  type SubscriptionInput,
+  type SubscriptionSettings,
+  settleDeadLetterPolicy,
+} from './subscription-fields.ts';
 import { checkBodyName, type TopicService } from './topics.ts';
 
 export interface Subscription extends SubscriptionSettings {
@@ -54,6 +60,7 @@ export class SubscriptionService {
     refuseUnimplemented(SUBSCRIPTION_FIELDS, subscription);
     const settings = settleAll(SUBSCRIPTION_FIELDS, subscription) as SubscriptionSettings;
     this.regions.requireLocal();
+    await this.requireDeadLetterTopic(settings.deadLetterPolicy);
     let topic: TopicRecord | undefined;
     const record = await this.controlPlane.create<SubscriptionRecord>('subscription', name, async (version) => {
       topic ??= await this.topics.read(topicName);
@@ -78,10 +85,18 @@ export class SubscriptionService {
     checkBodyName(request.subscription.name, name);
     checkUpdateMask(SUBSCRIPTION_FIELDS, request.updateMask, 'UpdateSubscriptionRequest');
     this.regions.requireLocal();
+    if (request.updateMask.includes('deadLetterPolicy')) {
+      await this.requireDeadLetterTopic(settleDeadLetterPolicy(request.subscription.deadLetterPolicy));
+    }
     const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
       settleMasked(SUBSCRIPTION_FIELDS, { ...record, version }, request.updateMask, request.subscription),
     );
     return renderSubscription(updated, await this.liveTopic(updated.topic));
+  }
+
+  /** A dead-letter policy names a topic that exists (NOT_FOUND otherwise). */
+  private async requireDeadLetterTopic(policy: DeadLetterPolicy | undefined): Promise<void> {
+    if (policy) await this.topics.read(parseResourceName('topics', policy.deadLetterTopic));
   }
 
   async delete(_caller: CallContext, name: ResourceName): Promise<void> {
