@@ -2,6 +2,7 @@ import { ApiError, failedPrecondition } from '../errors.ts';
 import type { AckIdCodec } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
+import { DeadLetters } from './dead-letters.ts';
 import type { ResourceName } from './names.ts';
 import { Publisher } from './publish.ts';
 import type { PubsubMessage } from './publish-request.ts';
@@ -69,7 +70,8 @@ export class DeliveryService {
   ) {
     this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes);
     this.settlement = new Settlement(regions, options.ackIds);
-    this.puller = new Puller(regions, this.settlement, options.ackIds, options.pullWaitMs);
+    const deadLetters = new DeadLetters(regions, topics, this.publisher);
+    this.puller = new Puller(regions, this.settlement, deadLetters, options.ackIds, options.pullWaitMs);
   }
 
   /** Stops long polls from waiting (graceful shutdown). */

@@ -10,10 +10,11 @@ export interface RegionBacklog {
 
 /**
  * Every subscription's un-acked messages in every usable region, read without a script (a
- * gauge may be a moment stale). Unordered: the ready list, the delayed set (retry backoffs)
- * and the leases. Ordered: keyed messages all live in `keyed`, so they are counted there, and
- * taken out of the ready list and the delayed set (one `k:` marker per queued key) and the
- * leases (each busy key's outstanding count).
+ * gauge may be a moment stale). Unordered: the ready list, the delayed set (retry backoffs),
+ * the leases and the forwarding set (on its way to the dead-letter topic). Ordered: keyed
+ * messages all live in `keyed`, so they are counted there, and taken out of the ready list and
+ * the delayed set (one `k:` marker per queued key) and of the leases and the forwarding set
+ * (each busy key's outstanding count).
  */
 export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]> {
   const { redis, keys } = regions.requireLocal().ctx;
@@ -26,16 +27,17 @@ export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]
     const counts = await Promise.all(
       records.map(async (record) => {
         const sub = regionKeys.topicData(record.topicUid).subscription(record.uid);
-        const [ready, delayed, leased] = await Promise.all([
+        const [ready, delayed, leased, forwarding] = await Promise.all([
           regionRedis.llen(sub.ready),
           regionRedis.zcard(sub.delayed),
           regionRedis.zcard(sub.leased),
+          regionRedis.zcard(sub.forwarding),
         ]);
-        if (!record.enableMessageOrdering) return ready + delayed + leased;
+        if (!record.enableMessageOrdering) return ready + delayed + leased + forwarding;
         const [keyed, keyStates] = await Promise.all([regionRedis.zcard(sub.keyed), regionRedis.hvals(sub.keyStates)]);
         const queuedKeys = keyStates.filter((state) => state === 'q').length;
         const outstandingKeyed = keyStates.reduce((sum, state) => sum + (state === 'q' ? 0 : Number(state)), 0);
-        return ready + delayed - queuedKeys + leased - outstandingKeyed + keyed;
+        return ready + delayed - queuedKeys + leased + forwarding - outstandingKeyed + keyed;
       }),
     );
     records.forEach((record, i) => {

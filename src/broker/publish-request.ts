@@ -1,7 +1,7 @@
 import { ApiError, invalidArgument } from '../errors.ts';
 import type { BulkStrings } from '../redis/binary-command.ts';
 import { SEQS_PER_BLOCK } from '../redis/keys.ts';
-import { layoutMessage, packMessages } from './message-codec.ts';
+import { layoutMessage, type MessageLayout, packMessages } from './message-codec.ts';
 
 export const MAX_PUBLISH_MESSAGES = 1000;
 // A publish's seqs lie in one block of sequence numbers (keys.ts): its messages must fit in it.
@@ -88,6 +88,20 @@ export function checkPublishRequest(messages: PubsubMessage[], stageFromBytes: n
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
+  return packLayouts(layouts, storedBytes, stageFromBytes);
+}
+
+/**
+ * Packs messages that need no checks: a message forwarded from a dead-letter policy was checked
+ * when it was published (its forwarding attributes may take it past 100 attributes).
+ */
+export function packChecked(messages: PubsubMessage[], stageFromBytes: number): PackedPublish {
+  const layouts = messages.map((message) => layoutMessage(message.data, message.attributes, message.orderingKey));
+  const storedBytes = layouts.reduce((sum, layout) => sum + layout.storedBytes, 0);
+  return packLayouts(layouts, storedBytes, stageFromBytes);
+}
+
+function packLayouts(layouts: MessageLayout[], storedBytes: number, stageFromBytes: number): PackedPublish {
   const staged = storedBytes >= stageFromBytes;
   return { bodies: packMessages(layouts, { asBlockFields: staged }), staged };
 }

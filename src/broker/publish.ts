@@ -6,7 +6,7 @@ import { parseFilter, type SubscriptionFilter } from './filter.ts';
 import { stampMessages } from './message-codec.ts';
 import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
-import { checkPublishRequest, type PackedPublish, type PubsubMessage } from './publish-request.ts';
+import { checkPublishRequest, type PackedPublish, type PubsubMessage, packChecked } from './publish-request.ts';
 import type { TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import { RememberedTopics } from './remembered-topics.ts';
@@ -60,10 +60,16 @@ export class Publisher {
     for (;;) {
       const remembered = this.rememberedTopics.get(topicName.full);
       const record = remembered ?? (await this.topics.read(topicName));
-      const messageIds = await this.publishTo(record, bodies, messages, orderingKey);
-      if (messageIds) {
+      const stored = await this.publishTo(
+        record,
+        bodies,
+        messages,
+        orderingKey,
+        storageRegion(this.regions, record, orderingKey),
+      );
+      if (stored.kind === 'stored') {
         if (!remembered) this.rememberedTopics.remember(record);
-        return { messageIds };
+        return { messageIds: stored.messageIds };
       }
       // That incarnation was deleted: the name is gone, or now names a new incarnation.
       this.rememberedTopics.forget(topicName.full);
@@ -71,14 +77,26 @@ export class Publisher {
     }
   }
 
-  /** Stores a publish in the topic incarnation; undefined when the incarnation was deleted. */
+  /**
+   * Stores a message forwarded from a subscription's dead-letter policy in the topic incarnation,
+   * in `region`, once: a forward ID that was stored before stores nothing (dead-letters.ts).
+   * False when the incarnation was deleted.
+   */
+  async forward(record: TopicRecord, region: Region, message: PubsubMessage, forwardId: string): Promise<boolean> {
+    const packed = packChecked([message], this.stageBodiesFromBytes);
+    const stored = await this.publishTo(record, packed, [message], message.orderingKey ?? '', region, forwardId);
+    return stored.kind !== 'topic-deleted';
+  }
+
+  /** Stores a publish in the topic incarnation, in `region`. */
   private async publishTo(
     record: TopicRecord,
     { bodies, staged }: PackedPublish,
     messages: PubsubMessage[],
     orderingKey: string,
-  ): Promise<string[] | undefined> {
-    const region = storageRegion(this.regions, record, orderingKey);
+    region: Region,
+    forwardId?: string,
+  ): Promise<{ kind: 'stored'; messageIds: string[] } | { kind: 'topic-deleted' | 'forwarded-before' }> {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
@@ -99,8 +117,9 @@ export class Publisher {
         bodies,
         staged,
         stagingKey,
+        forwardId,
       });
-      if (result.kind === 'topic-deleted') return undefined;
+      if (result.kind === 'topic-deleted' || result.kind === 'forwarded-before') return { kind: result.kind };
       if (result.kind === 'attachments-changed') {
         this.attachments.delete(cacheKey);
         continue;
@@ -116,7 +135,10 @@ export class Publisher {
         throw unavailable('The publish could not be stored this time; retry it.');
       ctx.publishClock.observe(result.redisTimeUs);
       const { firstSeq } = result;
-      return Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i));
+      return {
+        kind: 'stored',
+        messageIds: Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i)),
+      };
     }
   }
 

@@ -9,6 +9,7 @@ import { messageId } from './message-ids.ts';
 import { resourceId } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
+import type { DeadLetters } from './dead-letters.ts';
 import type { Settlement } from './settlement.ts';
 import type { Waiter } from './wakeups.ts';
 
@@ -28,6 +29,8 @@ const REMOTE_PULL_TIMEOUT_MS = 2_000;
 
 export interface ReceivedMessage {
   ackId: string;
+  /** On subscriptions with a dead-letter policy: 1 + the message's failed deliveries. */
+  deliveryAttempt?: number;
   message: {
     /** Raw bytes; base64 on the wire (see received-json.ts). */
     data?: Buffer;
@@ -53,6 +56,7 @@ export class LeasedMessage implements ReceivedMessage {
     codec: AckIdCodec,
     readonly delivery: Delivery,
     readonly message: ReceivedMessage['message'],
+    readonly deliveryAttempt?: number,
   ) {
     this.#codec = codec;
   }
@@ -63,7 +67,9 @@ export class LeasedMessage implements ReceivedMessage {
   }
 
   toJSON(): ReceivedMessage {
-    return { ackId: this.ackId, message: this.message };
+    const json: ReceivedMessage = { ackId: this.ackId, message: this.message };
+    if (this.deliveryAttempt !== undefined) json.deliveryAttempt = this.deliveryAttempt;
+    return json;
   }
 }
 
@@ -79,6 +85,7 @@ export class Puller {
   constructor(
     private readonly regions: Regions,
     private readonly settlement: Settlement,
+    private readonly deadLetters: DeadLetters,
     /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
     private readonly ackIds: () => Promise<AckIdCodec>,
     /** Upper bound of a long-polling pull, in milliseconds. */
@@ -223,16 +230,23 @@ export class Puller {
       leaseUs: deadlineSeconds === undefined ? undefined : deadlineSeconds * 1_000_000,
       wakeChannel: ctx.keys.wakeChannel(record.topicUid),
       maxBytes,
+      mayForward: record.deadLetterPolicy !== undefined && (await this.deadLetters.mayForward(record)),
     });
     // Not attached in this region: its topic was deleted there before the subscription came.
     if (leased.kind === 'no-subscription') {
       if (region === this.regions.local || !this.regions.multiRegion) throw notFound(resourceId(record.name));
       return { received: [], bytes: 0, nextDueUs: undefined };
     }
-    const { nextDueUs, oldestKeptUs, seqs, generations } = leased;
-    if (seqs.length === 0) return { received: [], bytes: 0, nextDueUs };
+    const { nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards } = leased;
+    if (seqs.length === 0 && forwards.length === 0) return { received: [], bytes: 0, nextDueUs };
     // Read outside the script: Redis copies a body straight into the reply from here.
-    const bodies = await readBodies(ctx.redis, data, seqs);
+    const bodies = await readBodies(ctx.redis, data, [...seqs, ...forwards.map((forward) => forward.seq)]);
+    if (forwards.length > 0) {
+      // A step that fails is finished by a later pull (dead-letters.ts): this pull still answers.
+      await this.deadLetters
+        .forward(region, record, forwards, bodies.slice(seqs.length), oldestKeptUs)
+        .catch(() => undefined);
+    }
     const codec = await this.ackIds();
     const received: LeasedMessage[] = [];
     const expired: string[] = [];
@@ -257,7 +271,12 @@ export class Puller {
       if (stored.attributes) message.attributes = stored.attributes;
       if (stored.orderingKey) message.orderingKey = stored.orderingKey;
       received.push(
-        new LeasedMessage(codec, { region: region.name, subscriptionUid: record.uid, seq, generation }, message),
+        new LeasedMessage(
+          codec,
+          { region: region.name, subscriptionUid: record.uid, seq, generation },
+          message,
+          attempts?.[j],
+        ),
       );
     }
     if (expired.length > 0) await this.settlement.acknowledgeMembers(region, record, expired);

@@ -34,6 +34,21 @@ export function storageRegion(regions: Regions, topic: TopicRecord, orderingKey:
 }
 
 /**
+ * Where a message forwarded to a dead-letter topic is stored: the region of the message it
+ * forwards, or else the first region the topic's storage policy allows. The same wherever the
+ * forward runs, so that its forward ID is checked in one place (dead-letters.ts); UNAVAILABLE
+ * while that region cannot be reached.
+ */
+export function deadLetterRegion(regions: Regions, topic: TopicRecord, source: Region): Region {
+  const allowed = regions.multiRegion ? topic.messageStoragePolicy?.allowedPersistenceRegions : undefined;
+  if (!allowed || allowed.includes(source.name)) return source;
+  const target = regions.byName(allowed[0]);
+  if (!target?.usable)
+    throw unavailable(`The region ${allowed[0]} of dead-letter topic ${topic.name} cannot be reached.`);
+  return target;
+}
+
+/**
  * With `enforceInTransit`, subscribing through a region outside the topic's allowed
  * persistence regions fails.
  */

@@ -4,6 +4,7 @@ import { invalidArgument } from '../errors.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
 import { checkDuration, parseDurationSeconds } from './durations.ts';
 import { parseFilter } from './filter.ts';
+import { parseResourceName } from './names.ts';
 import { type PushConfig, pushConfigSchema, settlePushConfig } from './push-config.ts';
 import { type FieldDefinition, type FieldTable, outputField, unimplementedField, type WireOf } from './fields.ts';
 
@@ -25,7 +26,15 @@ export interface SubscriptionSettings {
   labels?: Record<string, string>;
   enableMessageOrdering?: boolean;
   filter?: string;
+  deadLetterPolicy?: DeadLetterPolicy;
   retryPolicy?: RetryPolicy;
+}
+
+/** Where messages go once delivering them failed maxDeliveryAttempts times. */
+export interface DeadLetterPolicy {
+  /** A full topic name; the topic existed when the policy was set. */
+  deadLetterTopic: string;
+  maxDeliveryAttempts: number;
 }
 
 /** How long redeliveries wait after a nack or an expired lease (Durations, "10s"). */
@@ -45,6 +54,31 @@ const EXPIRATION_MAX_SECONDS = 365 * 24 * 3600;
 const DEFAULT_MINIMUM_BACKOFF = '10s';
 const DEFAULT_MAXIMUM_BACKOFF = '600s';
 const BACKOFF_MAX_SECONDS = 600;
+const DEFAULT_MAX_DELIVERY_ATTEMPTS = 5;
+const MAX_DELIVERY_ATTEMPTS = 100;
+
+/**
+ * A dead-letter policy as stored: a topic name (whether the topic exists is the service's
+ * check), attempts 5 to 100 (0 or unset: 5). Without a topic there is no policy.
+ */
+export function settleDeadLetterPolicy(
+  policy: { deadLetterTopic?: string; maxDeliveryAttempts?: number } | undefined,
+): DeadLetterPolicy | undefined {
+  if (!policy?.deadLetterTopic) {
+    if (policy?.maxDeliveryAttempts) {
+      throw invalidArgument('Invalid deadLetterPolicy: maxDeliveryAttempts needs a deadLetterTopic.');
+    }
+    return undefined;
+  }
+  const deadLetterTopic = parseResourceName('topics', policy.deadLetterTopic).full;
+  const maxDeliveryAttempts = policy.maxDeliveryAttempts || DEFAULT_MAX_DELIVERY_ATTEMPTS;
+  if (maxDeliveryAttempts < DEFAULT_MAX_DELIVERY_ATTEMPTS || maxDeliveryAttempts > MAX_DELIVERY_ATTEMPTS) {
+    throw invalidArgument(
+      `Invalid deadLetterPolicy.maxDeliveryAttempts: ${maxDeliveryAttempts}. It must be between ${DEFAULT_MAX_DELIVERY_ATTEMPTS} and ${MAX_DELIVERY_ATTEMPTS}.`,
+    );
+  }
+  return { deadLetterTopic, maxDeliveryAttempts };
+}
 
 const field = <Value>(definition: FieldDefinition<SubscriptionSettings, Value>) => definition;
 /** A flag is stored only when set. */
@@ -128,7 +162,15 @@ export const SUBSCRIPTION_FIELDS = {
     // Checked here, evaluated by publish against each message's attributes (publish.ts).
     settle: (text) => (parseFilter(text ?? '') ? text : undefined),
   }),
-  deadLetterPolicy: unimplementedField(),
+  deadLetterPolicy: field({
+    wire: z.strictObject({ deadLetterTopic: z.string().optional(), maxDeliveryAttempts: int32.optional() }),
+    access: 'mutable',
+    settle: settleDeadLetterPolicy,
+    // '' for none: attaching writes every field, so a removed policy clears it.
+    deliveryConfig: (policy: DeadLetterPolicy | undefined) => [
+      ['maxDeliveryAttempts', policy ? String(policy.maxDeliveryAttempts) : ''],
+    ],
+  }),
   retryPolicy: field({
     wire: z.strictObject({ minimumBackoff: durationString.optional(), maximumBackoff: durationString.optional() }),
     access: 'mutable',

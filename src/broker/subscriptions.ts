@@ -11,9 +11,11 @@ import type { Regions } from './regions.ts';
 import { checkPushHost, type PushConfig, type PushConfigInput, type PushHosts } from './push-config.ts';
 import {
   checkSubscriptionSettings,
+  type DeadLetterPolicy,
   SUBSCRIPTION_FIELDS,
   type SubscriptionInput,
   type SubscriptionSettings,
+  settleDeadLetterPolicy,
 } from './subscription-fields.ts';
 import { checkBodyName, type TopicService } from './topics.ts';
 
@@ -70,6 +72,7 @@ export class SubscriptionService {
     const settings = settleAll(SUBSCRIPTION_FIELDS, subscription) as SubscriptionSettings;
     this.checkSettings(settings);
     this.regions.requireLocal();
+    await this.requireDeadLetterTopic(settings.deadLetterPolicy);
     let topic: TopicRecord | undefined;
     const record = await this.controlPlane.create<SubscriptionRecord>('subscription', name, async (version) => {
       topic ??= await this.topics.read(topicName);
@@ -108,6 +111,9 @@ export class SubscriptionService {
     checkBodyName(request.subscription.name, name);
     checkUpdateMask(SUBSCRIPTION_FIELDS, request.updateMask, 'UpdateSubscriptionRequest');
     this.regions.requireLocal();
+    if (request.updateMask.includes('deadLetterPolicy')) {
+      await this.requireDeadLetterTopic(settleDeadLetterPolicy(request.subscription.deadLetterPolicy));
+    }
     const updated = await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) => {
       const next = settleMasked(SUBSCRIPTION_FIELDS, { ...record, version }, request.updateMask, request.subscription);
       this.checkSettings(next);
@@ -135,6 +141,11 @@ export class SubscriptionService {
       subscription: { pushConfig: request.pushConfig },
       updateMask: ['pushConfig'],
     });
+  }
+
+  /** A dead-letter policy names a topic that exists (NOT_FOUND otherwise). */
+  private async requireDeadLetterTopic(policy: DeadLetterPolicy | undefined): Promise<void> {
+    if (policy) await this.topics.read(parseResourceName('topics', policy.deadLetterTopic));
   }
 
   async delete(_caller: CallContext, name: ResourceName): Promise<void> {

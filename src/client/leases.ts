@@ -1,7 +1,7 @@
 import { type Acks, MAX_IDS_PER_FRAME, type Settlement } from './acks.ts';
 import { describe, HandlerError, PubSubError } from './errors.ts';
 import { HandlerQueue } from './handler-queue.ts';
-import { Message, type WireMessage } from './message.ts';
+import { Message, type ReceivedFrame } from './message.ts';
 import type { SubscriberSettings } from './options.ts';
 import type { AckResponse, SubscriptionProperties } from './types.ts';
 
@@ -61,10 +61,10 @@ export class Leases {
   }
 
   /** Messages from the broker: each new one is held and queued for the handler. */
-  receive(received: { ackId: string; message: WireMessage }[]): void {
+  receive(received: ReceivedFrame[]): void {
     const now = Date.now();
     const { acks } = this.ctx;
-    for (const { ackId, message: wire } of received) {
+    for (const { ackId, message: wire, deliveryAttempt } of received) {
       if (this.stopped) {
         acks.settle('nack', ackId);
         continue;
@@ -84,10 +84,14 @@ export class Leases {
       let lease!: Lease;
       let message: Message;
       try {
-        message = new Message(wire, {
-          ackId: () => lease.ackId,
-          settle: (kind) => this.settle(lease, kind),
-        });
+        message = new Message(
+          wire,
+          {
+            ackId: () => lease.ackId,
+            settle: (kind) => this.settle(lease, kind),
+          },
+          deliveryAttempt,
+        );
       } catch (error) {
         this.ctx.error(
           new PubSubError('INTERNAL', `Message ${wire?.messageId} could not be decoded: ${describe(error)}`, {

@@ -10,6 +10,13 @@ export interface WireMessage {
   orderingKey?: string;
 }
 
+/** A ReceivedMessage as a streaming frame carries it. */
+export interface ReceivedFrame {
+  ackId: string;
+  message: WireMessage;
+  deliveryAttempt?: number;
+}
+
 /** How a Message reaches its subscriber (internal). */
 export interface MessageHandle {
   ackId(): string;
@@ -31,15 +38,21 @@ export class Message {
   readonly publishTime: string;
   /** The ordering key, if the publisher set one. */
   readonly orderingKey?: string;
+  /**
+   * On subscriptions with a dead-letter policy: which delivery attempt this is (1 + the
+   * message's nacks and expired leases). Undefined without the policy.
+   */
+  readonly deliveryAttempt?: number;
   readonly #handle: MessageHandle;
 
   /** @internal Messages are made by the subscriber. */
-  constructor(wire: WireMessage, handle: MessageHandle) {
+  constructor(wire: WireMessage, handle: MessageHandle, deliveryAttempt?: number) {
     this.data = wire.data ? fromBase64(wire.data) : new Uint8Array(0);
     this.attributes = wire.attributes ?? {};
     this.messageId = wire.messageId;
     this.publishTime = wire.publishTime;
     if (wire.orderingKey) this.orderingKey = wire.orderingKey;
+    if (deliveryAttempt !== undefined) this.deliveryAttempt = deliveryAttempt;
     this.#handle = handle;
   }
 

@@ -1,6 +1,6 @@
 import { utf8Decode } from './encoding.ts';
 import { describe, PubSubError, type ErrorBody } from './errors.ts';
-import type { WireMessage } from './message.ts';
+import type { ReceivedFrame } from './message.ts';
 import type { SubscriptionProperties, WebSocketConstructor, WebSocketLike } from './types.ts';
 
 /** The client sends `{}` this often; a stream that answers nothing in between is considered dead. */
@@ -9,7 +9,7 @@ const WS_OPEN = 1;
 
 /** A frame the broker sends on a streaming pull. */
 export interface ServerFrame {
-  receivedMessages?: { ackId: string; message: WireMessage }[];
+  receivedMessages?: ReceivedFrame[];
   subscriptionProperties?: Partial<SubscriptionProperties>;
   acknowledgeConfirmation?: Confirmation;
   modifyAckDeadlineConfirmation?: Confirmation;

@@ -11,7 +11,7 @@ import { timestampFromJson } from './convert.ts';
  * (test/unit/received-proto.test.ts). Other fields of the response are encoded by protobufjs and
  * appended: serialized protobuf messages concatenate.
  *
- *   ReceivedMessage  { 1: ack_id, 2: message }
+ *   ReceivedMessage  { 1: ack_id, 2: message, 3: delivery_attempt (int32, only when set) }
  *   PubsubMessage    { 1: data, 2: attributes (entries { 1: key, 2: value }), 3: message_id,
  *                      4: publish_time { 1: seconds, 2: nanos }, 5: ordering_key }
  */
@@ -24,6 +24,7 @@ const FIELD_4_BYTES = 0x22;
 const FIELD_5_BYTES = 0x2a;
 const FIELD_1_VARINT = 0x08;
 const FIELD_2_VARINT = 0x10;
+const FIELD_3_VARINT = 0x18;
 
 /** Bytes of a varint of a non-negative integer below 2^53. */
 function varintLength(value: number): number {
@@ -58,7 +59,7 @@ interface Layout {
   receivedMessageBytes: number;
 }
 
-function layOut({ ackId, message }: ReceivedMessage): Layout {
+function layOut({ ackId, message, deliveryAttempt }: ReceivedMessage): Layout {
   const attributes = Object.entries(message.attributes ?? {}).map(([key, value]): [Buffer, Buffer] => [
     Buffer.from(key),
     Buffer.from(value),
@@ -74,7 +75,10 @@ function layOut({ ackId, message }: ReceivedMessage): Layout {
   for (const [key, value] of attributes) pubsubMessageBytes += delimited(entryBytes(key, value));
   // Ack IDs and message IDs are ASCII: their length is their byte length.
   const ackIdBytes = ackId.length;
-  const receivedMessageBytes = (ackIdBytes ? delimited(ackIdBytes) : 0) + delimited(pubsubMessageBytes);
+  const receivedMessageBytes =
+    (ackIdBytes ? delimited(ackIdBytes) : 0) +
+    delimited(pubsubMessageBytes) +
+    (deliveryAttempt ? 1 + varintLength(deliveryAttempt) : 0);
   return {
     ackIdBytes,
     attributes,
@@ -110,7 +114,7 @@ export function receivedMessagesProto(received: ReceivedMessage[], rest?: Uint8A
   const buffer = Buffer.allocUnsafe(length);
   let offset = 0;
   for (let i = 0; i < received.length; i++) {
-    const { ackId, message } = received[i];
+    const { ackId, message, deliveryAttempt } = received[i];
     const layout = layouts[i];
     buffer[offset++] = FIELD_1_BYTES;
     offset = writeVarint(buffer, offset, layout.receivedMessageBytes);
@@ -136,6 +140,10 @@ export function receivedMessagesProto(received: ReceivedMessage[], rest?: Uint8A
       offset = writeVarint(buffer, offset, layout.nanos);
     }
     if (layout.orderingKey) offset = writeBytes(buffer, offset, FIELD_5_BYTES, layout.orderingKey);
+    if (deliveryAttempt) {
+      buffer[offset++] = FIELD_3_VARINT;
+      offset = writeVarint(buffer, offset, deliveryAttempt);
+    }
   }
   if (rest) buffer.set(rest, offset);
   return buffer;

@@ -2,9 +2,11 @@
   delete-topic-data: closes a topic incarnation to publishing. Its subscriptions keep and
   deliver what they already hold.
   KEYS[1]    topic state (HASH: block, used, attachVersion, deleted)
+  KEYS[2]    forward IDs of the messages dead-lettered into it (nothing is stored here any more)
   ARGV       none
   Returns    REPLY_OK
   Invariant: no publish or attach succeeds on the incarnation afterwards.
 ]]
 redis.call('HSET', KEYS[1], 'deleted', '1')
+redis.call('DEL', KEYS[2])
 return REPLY_OK

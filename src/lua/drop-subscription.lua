@@ -12,16 +12,17 @@
   KEYS[9]    its keyed deliveries (HASH)
   KEYS[10]   its key states (HASH)
   KEYS[11]   its delayed set (ZSET)
+  KEYS[12]   its forwarding set (ZSET)
   ARGV[1]    subscription uid
   ARGV[2]    how many entries to release from each structure in this call
   Returns    the number of entries still held (0 = fully dropped)
   Invariant: after the first call the subscription receives nothing new; every body reference
              it held is released exactly once (a keyed message is released through the keyed
-             ZSET only, even while it is also leased).
+             ZSET only, even while it is also leased or being forwarded).
 ]]
 local state_key, attached_key, config_key, ready_key, leased_key, bodies_prefix, refs_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local keyed_key, deliveries_key, key_states_key, delayed_key = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local keyed_key, deliveries_key, key_states_key, delayed_key, forwarding_key = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local batch = tonumber(ARGV[2])
 if redis.call('HDEL', attached_key, ARGV[1]) == 1 then
   redis.call('HINCRBY', state_key, 'attachVersion', 1)
@@ -36,16 +37,19 @@ end
 for _, entry in ipairs(redis.call('LPOP', ready_key, batch) or {}) do release_entry(entry) end
 local delayed = redis.call('ZPOPMIN', delayed_key, batch)
 for i = 1, #delayed, 2 do release_entry(delayed[i]) end
-local leases = redis.call('ZPOPMIN', leased_key, batch)
-for i = 1, #leases, 2 do
-  local seq = split_entry(leases[i])
-  if redis.call('HEXISTS', deliveries_key, seq) == 0 then seqs[#seqs + 1] = seq end
+-- Leases and forwards of keyed messages are released through the keyed ZSET.
+for _, held in ipairs({ leased_key, forwarding_key }) do
+  local entries = redis.call('ZPOPMIN', held, batch)
+  for i = 1, #entries, 2 do
+    local seq = split_entry(entries[i])
+    if redis.call('HEXISTS', deliveries_key, seq) == 0 then seqs[#seqs + 1] = seq end
+  end
 end
 local keyed = redis.call('ZPOPMIN', keyed_key, batch)
 for i = 1, #keyed, 2 do seqs[#seqs + 1] = keyed_member_seq(keyed[i]) end
 if #seqs > 0 then release_bodies(bodies_prefix, refs_key, seqs) end
 
 local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)
-  + redis.call('ZCARD', delayed_key)
+  + redis.call('ZCARD', delayed_key) + redis.call('ZCARD', forwarding_key)
 if remaining == 0 then redis.call('DEL', deliveries_key, key_states_key) end
 return remaining

@@ -5,7 +5,8 @@
   of its key. A release gives back leases that never reached a client (a pull nobody received,
   a stream's lease over its flow-control budget): as a nack, but no delivery attempt is counted
   and no backoff waited (the generation goes back; nobody holds that delivery's ack ID).
-  KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0", minBackoffUs, maxBackoffUs)
+  KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0", minBackoffUs, maxBackoffUs,
+             maxDeliveryAttempts)
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[3]    ready list
   KEYS[4]    keyed ZSET (empty without ordering)
@@ -27,7 +28,8 @@
   Invariant: only the named generation's lease changes; a nack ends that lease, so its ack ID
              stops working. A nacked keyed message is delivered again before any later message of
              its key, and the later ones already handed out are delivered again after it, in order.
-             A nacked message is not delivered again before its backoff ends.
+             A nacked message is not delivered again before its backoff ends (one due for its
+             dead-letter topic waits none).
 ]]
 local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
 local keys = {
@@ -36,10 +38,10 @@ local keys = {
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
 local releasing = ARGV[4] == '1'
-local config = redis.call('HMGET', config_key, 'exactlyOnce', 'minBackoffUs', 'maxBackoffUs')
+local config = redis.call('HMGET', config_key, 'exactlyOnce', 'minBackoffUs', 'maxBackoffUs', 'maxDeliveryAttempts')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 local exactly_once = config[1] == '1'
-local policy = retry_policy(config[2], config[3])
+local policy = redelivery_policy(config[2], config[3], config[4])
 mark_active(config_key, now)
 
 local results = {}

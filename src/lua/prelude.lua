@@ -9,6 +9,7 @@ local REPLY_TOPIC_DELETED = -1 -- the topic incarnation is closed to publishing 
 local REPLY_NO_SUBSCRIPTION = -1 -- the subscription is not attached (deleted, or never attached here)
 local REPLY_ATTACHMENTS_CHANGED = -2 -- publish: re-read the attached subscriptions and retry
 local REPLY_STAMP_REFUSED = -3 -- publish: the publish time is too far from the script's clock
+local REPLY_FORWARDED_BEFORE = -4 -- publish: a forwarded message was stored before
 -- Per delivery (acknowledge, acknowledge-ordered, modify-ack-deadline).
 local DELIVERY_GONE = 0 -- no such lease: acknowledged, superseded, nacked, or unknown
 local DELIVERY_APPLIED = 1
@@ -52,18 +53,32 @@ end
 -- or 'expired'): the caller knows whether the subscription is exactly-once.
 local RESULT = { gone = DELIVERY_GONE, valid = DELIVERY_APPLIED, expired = DELIVERY_EXPIRED, refused = DELIVERY_EXPIRED }
 
--- A subscription's retry policy, from its config fields minBackoffUs and maxBackoffUs ('' or
--- absent: none, redeliveries are immediate): {min = µs, max = µs}.
-local function retry_policy(min_us, max_us)
-  if not min_us or min_us == '' then return nil end
-  return { min = tonumber(min_us), max = tonumber(max_us) }
+-- A subscription's redelivery policy, from its config fields minBackoffUs and maxBackoffUs (the
+-- retry policy; '' or absent: none, redeliveries are immediate) and maxDeliveryAttempts (the
+-- dead-letter policy; '' or absent: none): {min = µs, max = µs, limit = attempts}, nil for none.
+local function redelivery_policy(min_us, max_us, max_attempts)
+  local limit = max_attempts and max_attempts ~= '' and tonumber(max_attempts) or nil
+  local backoff = min_us and min_us ~= ''
+  if not backoff and not limit then return nil end
+  return { min = backoff and tonumber(min_us) or nil, max = backoff and tonumber(max_us) or nil, limit = limit }
+end
+
+-- How long a forwarder's claim on a message it forwards holds (pull.lua): then the next pull
+-- takes an unfinished forward over.
+local FORWARD_CLAIM_US = 30000000
+
+-- Whether a message whose delivery failed `attempts` times goes to its dead-letter topic
+-- instead of being delivered again.
+local function dead_letters(policy, attempts)
+  return policy ~= nil and policy.limit ~= nil and attempts >= policy.limit
 end
 
 -- How long a message waits before its next delivery after its attempts-th delivery failed (a
--- nack or an expired lease): min × 2^(attempts - 1), at most max (µs); 0 without a policy.
+-- nack or an expired lease): min × 2^(attempts - 1), at most max (µs); 0 without a retry
+-- policy, and for a message that goes to its dead-letter topic instead.
 -- (The exponent is capped so that a zero minimum never meets an infinite factor.)
 local function backoff_us(policy, attempts)
-  if not policy then return 0 end
+  if not policy or not policy.min or dead_letters(policy, attempts) then return 0 end
   return math.min(policy.min * 2 ^ math.min(attempts - 1, 40), policy.max)
 end
 
@@ -149,8 +164,8 @@ local function key_range(key)
   return '[' .. prefix, '(' .. prefix .. ';'
 end
 
--- A keyed delivery is "<gen>|o|<key>" (outstanding) or "<gen>|w|<key>" (waiting to be delivered
--- again), where <gen> may go on with "/<uncounted>" and "/<uncounted>/<due>": uncounted is how
+-- A keyed delivery is "<gen>|o|<key>" (outstanding), "<gen>|w|<key>" (waiting to be delivered
+-- again) or "<gen>|f|<key>" (handed over to forward to the dead-letter topic), where <gen> may go on with "/<uncounted>" and "/<uncounted>/<due>": uncounted is how
 -- many of its deliveries were cut short by the cascade of an earlier message (they are no
 -- delivery attempts of its own), due when a waiting one's retry backoff ends (µs).
 -- -> gen, state, key, uncounted, due (nil: none)

@@ -5,7 +5,8 @@
   KEYS[3]    body reference counts (HASH seq -> count, only while count > 1)
   KEYS[4]    the staging key: when ARGV holds no bodies, the broker wrote them here (HASH
              field -> body, with a TTL) just before this call (Scripts.runStaged)
-  KEYS[5..]  three keys per attached subscription, in the order the caller read them:
+  KEYS[5]    messages forwarded here from dead-letter policies (ZSET forward ID -> when stored)
+  KEYS[6..]  three keys per attached subscription, in the order the caller read them:
              its ready list, its keyed ZSET and its key states (the last two used when ordered)
   ARGV[1]    time override in microseconds, or '' for Redis TIME
   ARGV[2]    the publish time (µs) the broker stamped into every body, from its reading of the
@@ -15,11 +16,13 @@
   ARGV[4]    wake channel, published to when anyone is attached
   ARGV[5]    the request's ordering key ('' for none; one key per request)
   ARGV[6]    one character per attached subscription: '1' ordered, '0' not
-  ARGV[7]    which messages each attached subscription takes, in order: '*' for all of them, or
+  ARGV[7]    '' for a publish; for a message forwarded from a subscription's dead-letter policy,
+             its forward ID (src/broker/dead-letters.ts): stored once, however often forwarded
+  ARGV[8]    which messages each attached subscription takes, in order: '*' for all of them, or
              n characters, '1' taken and '0' not (its filter refused the message: the message
              counts as acknowledged for it from the start)
-  ARGV[8]    the number of messages, n (at most SEQS_PER_BLOCK)
-  ARGV[9..]  either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+  ARGV[9]    the number of messages, n (at most SEQS_PER_BLOCK)
+  ARGV[10..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
              the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
@@ -30,6 +33,7 @@
              {REPLY_ATTACHMENTS_CHANGED}      attachments changed: re-read them and retry
              {REPLY_STAMP_REFUSED, nowUs}     the stamp is too far from now: stamp again from nowUs
                                               and retry
+             {REPLY_FORWARDED_BEFORE}         that forward ID was stored already
              an error "the staged bodies are not all there" (matched in src/redis/calls/publish.ts)
              On every answer but {REPLY_OK, ...} nothing was written, and a staging key is deleted.
   Invariant: every subscription attached at publish time holds each new seq it takes exactly once
@@ -38,12 +42,15 @@
              takes is not kept at all. Every stored publish
              time is within [now - 10 s, now + 1 s] of the one clock when it was stored. Seqs
              grow with every publish, and a field of a block is written once: a body is never
-             overwritten.
+             overwritten. A forward ID is stored at most once while its mark is kept
+             (FORWARD_MARK_KEPT_US).
 ]]
-local state_key, bodies_prefix, refs_key, staging_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local state_key, bodies_prefix, refs_key, staging_key, forwarded_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
-local FIRST_BODY_ARG = 9
-local count = tonumber(ARGV[8])
+-- A forward ID's mark outlives by far any forwarder still at work on it (src/broker/dead-letters.ts).
+local FORWARD_MARK_KEPT_US = 24 * 3600 * 1000000
+local FIRST_BODY_ARG = 10
+local count = tonumber(ARGV[9])
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
   return redis.error_reply('publish: the staged bodies are not all there')
@@ -68,11 +75,11 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
   return refuse({REPLY_STAMP_REFUSED, now})
 end
 
-local subscriptions = (#KEYS - 4) / 3
+local subscriptions = (#KEYS - 5) / 3
 
 -- takes[s]: false when subscription s takes every message, else its string of '1'/'0';
 -- holders[i]: how many subscriptions take message i.
-local takes, holders, selections, at = {}, {}, ARGV[7], 1
+local takes, holders, selections, at = {}, {}, ARGV[8], 1
 local filtered = false
 for s = 1, subscriptions do
   if string.sub(selections, at, at) == '*' then
@@ -82,7 +89,13 @@ for s = 1, subscriptions do
   end
 end
 if at ~= #selections + 1 then
-  return refuse(redis.error_reply('publish: ARGV[7] does not give one selection per subscription'))
+  return refuse(redis.error_reply('publish: ARGV[8] does not give one selection per subscription'))
+end
+local forward_id = ARGV[7]
+if forward_id ~= '' then
+  if redis.call('ZSCORE', forwarded_key, forward_id) then return refuse({REPLY_FORWARDED_BEFORE}) end
+  redis.call('ZREMRANGEBYSCORE', forwarded_key, '-inf', now - FORWARD_MARK_KEPT_US)
+  redis.call('ZADD', forwarded_key, now, forward_id)
 end
 
 -- Seqs only grow (ordered delivery relies on it): a publish goes into the latest block when it
@@ -166,7 +179,7 @@ end
 
 local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
 for s = 1, subscriptions do
-  local ready_key, keyed_key, key_states_key = KEYS[3 * s + 2], KEYS[3 * s + 3], KEYS[3 * s + 4]
+  local ready_key, keyed_key, key_states_key = KEYS[3 * s + 3], KEYS[3 * s + 4], KEYS[3 * s + 5]
   local mine = taken(s)
   if #mine > 0 and ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
     local members

@@ -2,25 +2,39 @@
   pull: leases up to N available messages of one subscription. Messages without an ordering key
   (every message of a subscription without ordering) go out as they come; on an ordered
   subscription the messages of one key go out in publish order, consecutive ones together, and
-  only while nothing of that key is outstanding.
-  KEYS[1]    subscription config (HASH ackDeadlineUs, retentionUs, ...)
+  only while nothing of that key is outstanding. A message whose delivery failed as often as its
+  dead-letter policy allows is handed to the caller to forward instead (step 1 of forwarding,
+  src/broker/dead-letters.ts): it moves to the forwarding set, claimed by this caller for a while;
+  a claim that ran out (its forwarder stopped) is taken over by the next pull.
+  KEYS[1]    subscription config (HASH ackDeadlineUs, retentionUs, minBackoffUs, maxBackoffUs,
+             maxDeliveryAttempts, ...)
   KEYS[2]    ready list (LIST of "seq" | "seq:gen" for unkeyed messages, "k:<key>" for keys)
   KEYS[3]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[4]    prefix of the body block keys (see body_location; only sizes are read here)
   KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
-  KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
+  KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key" | "gen|f|key"; empty
+             without ordering)
   KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
   KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
+  KEYS[9]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
   ARGV[1]    time override in microseconds, or ''
-  ARGV[2]    maximum number of messages
+  ARGV[2]    maximum number of messages (a message handed over to forward counts as one)
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
   ARGV[4]    wake channel (published to when an expired key becomes deliverable)
   ARGV[5]    byte budget: no further message once the leased bodies reach it (at least one goes)
-  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, seq1, gen1, seq2, gen2, ...}
+  ARGV[6]    '1': messages may be handed over to forward now (the dead-letter topic exists),
+             else '': they are delivered again instead
+  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, seq1, gen1[, attempt1], ...,
+              fseq1, fgen1, fcount1, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
-             deadline or backoff end ('' if there is neither), so the caller knows when to
-             look again
+             deadline, backoff end or forwarding claim's end ('' if there is none), so the
+             caller knows when to look again (0 when messages were handed over to forward)
              oldestKeptUs: messages published before it are past the subscription's retention
+             forwards: how many messages were handed over to forward (the last triples: seq,
+             gen, and how many delivery attempts failed); the caller forwards each and then
+             runs finish-forwarding, or cancel-forwarding when it cannot
+             stride: 3 on subscriptions with a dead-letter policy (each leased message comes
+             with its delivery attempt), else 2
              {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached)
              The bodies are not returned: a body read into Lua costs a pass over every byte
              (Redis hashes every string Lua makes), so the caller reads them with HMGET.
@@ -32,22 +46,30 @@
              order; an expired lease of a key sends that message and every later outstanding one
              of the key back, in order, before anything newer. With a retry policy, nothing is
              delivered again before its backoff ends (from its nack, or its lease's deadline),
-             and a key waits for the backoff of its oldest message.
+             and a key waits for the backoff of its oldest message. A message due for its
+             dead-letter topic is never delivered again while it may be forwarded; a key's
+             message is handed over only as the key's oldest, and the key waits until it is
+             forwarded.
 ]]
 local config_key, ready_key, leased_key, bodies_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local keys = {
   keyed = KEYS[5], deliveries = KEYS[6], states = KEYS[7], leased = leased_key, ready = ready_key, delayed = KEYS[8],
 }
+local forwarding_key = KEYS[9]
 local now = now_us(ARGV[1])
 local remaining = tonumber(ARGV[2])
-local config = redis.call('HMGET', config_key, 'ackDeadlineUs', 'retentionUs', 'minBackoffUs', 'maxBackoffUs')
+local config = redis.call(
+  'HMGET', config_key, 'ackDeadlineUs', 'retentionUs', 'minBackoffUs', 'maxBackoffUs', 'maxDeliveryAttempts'
+)
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
-local policy = retry_policy(config[3], config[4])
+local policy = redelivery_policy(config[3], config[4], config[5])
+local may_forward = ARGV[6] == '1'
+local with_attempts = policy ~= nil and policy.limit ~= nil
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
-local out = {REPLY_OK, '', oldest_kept}
-local leases = {}
+local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2}
+local leases, forwards, claims = {}, {}, {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
 local function has_room() return remaining > 0 and bytes < max_bytes end
 
@@ -57,19 +79,37 @@ local function stored_size(seq)
   return redis.call('HSTRLEN', body_location(bodies_prefix, seq))
 end
 
-local function lease(seq, gen, size)
+-- A new delivery (generation gen) of seq: its delivery attempt is gen - uncounted.
+local function lease(seq, gen, size, attempt)
   leases[#leases + 1] = deadline
   leases[#leases + 1] = seq .. ':' .. gen
   out[#out + 1] = seq
   out[#out + 1] = gen
+  if with_attempts then out[#out + 1] = attempt end
   remaining = remaining - 1
   bytes = bytes + size
 end
 
+-- Hands a message over to forward (or, a claim that ran out, again): claimed until then.
+local function forward(seq, gen, failed)
+  claims[#claims + 1] = now + FORWARD_CLAIM_US
+  claims[#claims + 1] = seq .. ':' .. gen
+  forwards[#forwards + 1] = seq
+  forwards[#forwards + 1] = gen
+  forwards[#forwards + 1] = failed
+  remaining = remaining - 1
+end
+
+-- An unkeyed message's delivery attempts are its generation.
 local function deliver_unkeyed(entry)
   local seq, gen = split_entry(entry)
   local size = stored_size(seq)
-  if size > 0 then lease(seq, gen + 1, size) end
+  if size == 0 then return end
+  if may_forward and dead_letters(policy, gen) then
+    forward(seq, gen, gen)
+  else
+    lease(seq, gen + 1, size, gen + 1)
+  end
 end
 
 -- Leases the key's oldest messages (it has nothing outstanding when its marker is popped), up to
@@ -98,10 +138,19 @@ local function deliver_key(key)
         break
       end
       local size = stored_size(seq)
-      if size > 0 then
+      if size > 0 and may_forward and dead_letters(policy, gen - uncounted) then
+        -- Only the key's oldest message is forwarded; the key waits until it is.
+        if outstanding == 0 then
+          delivered[#delivered + 1] = seq
+          delivered[#delivered + 1] = keyed_delivery(gen, 'f', key, uncounted)
+          forward(seq, gen, gen - uncounted)
+          outstanding = 1
+        end
+        break
+      elseif size > 0 then
         delivered[#delivered + 1] = seq
         delivered[#delivered + 1] = keyed_delivery(gen + 1, 'o', key, uncounted)
-        lease(seq, gen + 1, size)
+        lease(seq, gen + 1, size, gen + 1 - uncounted)
         outstanding = outstanding + 1
       else
         gone[#gone + 1] = member
@@ -119,6 +168,15 @@ local function deliver_key(key)
   else
     release_key(keys, key, false, waits_until)
   end
+end
+
+-- Forwards whose claim ran out (their forwarder stopped before finishing) are handed over again.
+local unfinished = redis.call('ZRANGEBYSCORE', forwarding_key, '-inf', now, 'LIMIT', 0, remaining)
+for _, member in ipairs(unfinished) do
+  local seq, gen = split_entry(member)
+  local info = redis.call('HGET', keys.deliveries, seq)
+  local uncounted = info and select(4, split_keyed_delivery(info)) or 0
+  forward(seq, gen, gen - uncounted)
 end
 
 -- Work whose backoff has ended goes to the front of the ready list, the earliest first.
@@ -165,17 +223,21 @@ while has_room() do
   end
 end
 
--- Stores the new leases or, when there are none, tells the caller in how many microseconds the
--- earliest lease runs out or backoff ends (out[2]), so it knows when to look again.
+-- Stores the new leases and claims or, when nothing was leased, tells the caller in how many
+-- microseconds the earliest lease, backoff or claim runs out (out[2]), so it knows when to look
+-- again: at once when messages went to forward, since they may have taken the room of others.
+if #claims > 0 then redis.call('ZADD', forwarding_key, unpack(claims)) end
 if #leases > 0 then
   redis.call('ZADD', leased_key, unpack(leases))
 else
-  local next_due
-  for _, waiting in ipairs({ leased_key, keys.delayed }) do
+  local next_due = #forwards > 0 and now or nil
+  for _, waiting in ipairs({ leased_key, keys.delayed, forwarding_key }) do
     local earliest = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
     if earliest[2] and (not next_due or tonumber(earliest[2]) < next_due) then next_due = tonumber(earliest[2]) end
   end
   if next_due then out[2] = next_due - now end
 end
 if woke then redis.call('PUBLISH', ARGV[4], '1') end
+out[4] = #forwards / 3
+for _, value in ipairs(forwards) do out[#out + 1] = value end
 return out

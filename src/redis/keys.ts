@@ -106,6 +106,10 @@ export class TopicKeys {
   get refs(): string {
     return `${this.base}:refs`;
   }
+  /** Forward IDs of the messages dead-lettered into this topic (ZSET ID -> when stored, µs). */
+  get forwarded(): string {
+    return `${this.base}:forwarded`;
+  }
   subscription(subscriptionUid: string): SubscriptionKeys {
     const base = `${this.base}:s:${subscriptionUid}`;
     return {
@@ -113,6 +117,7 @@ export class TopicKeys {
       ready: `${base}:ready`,
       leased: `${base}:leased`,
       delayed: `${base}:delayed`,
+      forwarding: `${base}:forwarding`,
       keyed: `${base}:keyed`,
       keyedDeliveries: `${base}:keyed-deliveries`,
       keyStates: `${base}:key-states`,
@@ -126,6 +131,8 @@ export interface SubscriptionKeys {
   leased: string;
   /** Work waiting out a retry backoff: ready-list entries -> when they become available (µs). */
   delayed: string;
+  /** Messages handed over to forward to the dead-letter topic: "seq:gen" -> until when the forwarder's claim holds. */
+  forwarding: string;
   /** Ordered subscriptions only: un-acked keyed messages, sorted by key then sequence. */
   keyed: string;
   /** Ordered subscriptions only: seq -> "gen|o|key" (outstanding) or "gen|w|key" (waiting again); see SCHEMA.md. */

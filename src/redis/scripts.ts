@@ -23,6 +23,8 @@ export const SCRIPT_NAMES = [
   'acknowledge',
   'acknowledge-ordered',
   'modify-ack-deadline',
+  'finish-forwarding',
+  'cancel-forwarding',
   'attach-subscription',
   'touch-subscription',
   'drop-subscription',

@@ -5,8 +5,9 @@ import type { RedisClient } from './client.ts';
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 3 adds to format 2 what retry policies need (a
- * subscription's `delayed` set, uncounted deliveries and backoff ends in its keyed deliveries);
+ * cannot find is dropped as gone. Format 3 adds to format 2 what retry and dead-letter policies
+ * need (a subscription's `delayed` and `forwarding` sets, uncounted deliveries, backoff ends and
+ * forwards in its keyed deliveries, a topic's `forwarded` marks);
  * format 2 keeps bodies in blocks of 1000 seqs (`b:<block>`, SCHEMA.md); before it (format 1,
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.

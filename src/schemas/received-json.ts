@@ -12,7 +12,7 @@ import type { ReceivedMessage } from '../broker/pull.ts';
  * So string length is byte length, and latin1 writes are plain copies.
  *
  *   {"receivedMessages":[{"ackId":"..","message":{"data":"<base64>","attributes":{..},"messageId":"..",
- *    "publishTime":"..","orderingKey":".."}},...],<rest>}
+ *    "publishTime":"..","orderingKey":".."},"deliveryAttempt":n},...],<rest>}
  */
 export function receivedMessagesJson(received: ReceivedMessage[], rest?: Record<string, unknown>): Buffer {
   // First the text around each message's data and the total length, then one Buffer. The data is
@@ -22,13 +22,14 @@ export function receivedMessagesJson(received: ReceivedMessage[], rest?: Record<
   const tails: string[] = [];
   let length = 0;
   for (let i = 0; i < received.length; i++) {
-    const { ackId, message } = received[i];
+    const { ackId, message, deliveryAttempt } = received[i];
     const attributes = message.attributes ? `"attributes":${asciiJson(message.attributes)},` : '';
     const orderingKey = message.orderingKey === undefined ? '' : `,"orderingKey":${asciiJson(message.orderingKey)}`;
+    const attempt = deliveryAttempt === undefined ? '' : `,"deliveryAttempt":${deliveryAttempt}`;
     heads[i] =
       `${i === 0 ? '{"receivedMessages":[' : ','}{"ackId":"${ackId}","message":{${message.data ? '"data":"' : ''}`;
     tails[i] =
-      `${message.data ? '",' : ''}${attributes}"messageId":"${message.messageId}","publishTime":"${message.publishTime}"${orderingKey}}}`;
+      `${message.data ? '",' : ''}${attributes}"messageId":"${message.messageId}","publishTime":"${message.publishTime}"${orderingKey}}${attempt}}`;
     length += heads[i].length + base64Length(message.data) + tails[i].length;
   }
   const restJson = rest && Object.keys(rest).length > 0 ? asciiJson(rest).slice(1, -1) : '';

@@ -5,78 +5,19 @@
 // byte budget) wait out no backoff. The randomized test (redelivery.property.test.ts) covers the
 // timing rules on a manual clock.
 
-import type { AddressInfo } from 'node:net';
-import t, { type Test } from 'tap';
-import { buildApp } from '../../src/app.ts';
-import type { ScriptName } from '../../src/redis/scripts.ts';
-import { b64, jsonApi, unb64 } from '../helpers/app.ts';
-import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
-import { ackIdsOf, hasMessages, StreamClient } from '../streaming/_ws.ts';
+import t from 'tap';
+import { b64, unb64 } from '../helpers/app.ts';
+import { openPolicyBroker, texts } from '../helpers/policy-broker.ts';
+import { redisTargets } from '../helpers/redis.ts';
+import { ackIdsOf, hasMessages } from '../streaming/_ws.ts';
 
-const P = 'p';
 const BACKOFF_S = 1;
-
-async function openBroker(t: Test, target = redisTargets()[0]) {
-  const redis = target.connect();
-  const app = await buildApp({ redis, keyPrefix: uniquePrefix('retry'), pullWaitMs: 10_000, streamHeartbeatMs: 5000 });
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  const clients: StreamClient[] = [];
-  t.teardown(async () => {
-    for (const client of clients) client.terminate();
-    await app.close();
-    redis.disconnect();
-  });
-  const api = jsonApi(app);
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const reply = await api(method, url, body);
-    if (reply.status !== 200) throw new Error(`${method} ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
-    return reply.body;
-  };
-  // Every pull script the broker runs, to show that sleepers do not poll.
-  const scripts = app.broker.ctx.scripts;
-  const run = scripts.run.bind(scripts);
-  const ran = { pulls: 0 };
-  scripts.run = (name: ScriptName, keys: string[], args: (string | number | Buffer)[]) => {
-    if (name === 'pull') ran.pulls++;
-    return run(name, keys, args);
-  };
-  const port = (app.server.address() as AddressInfo).port;
-  const open = async (subscription: string, first: Record<string, unknown> = {}) => {
-    const client = new StreamClient(
-      `ws://127.0.0.1:${port}/v1/projects/${P}/subscriptions/${subscription}:streamingPull`,
-    );
-    clients.push(client);
-    await client.opened;
-    client.send({ streamAckDeadlineSeconds: 60, ...first });
-    await client.take((frame) => frame?.subscriptionProperties !== undefined);
-    return client;
-  };
-  const setUp = async (id: string, extra: Record<string, unknown> = {}) => {
-    await ok('PUT', `/v1/projects/${P}/topics/${id}`, {});
-    await ok('PUT', `/v1/projects/${P}/subscriptions/${id}`, {
-      topic: `projects/${P}/topics/${id}`,
-      retryPolicy: { minimumBackoff: `${BACKOFF_S}s`, maximumBackoff: `${BACKOFF_S}s` },
-      ...extra,
-    });
-    return {
-      publish: async (messages: { data: string; orderingKey?: string }[]) =>
-        (await ok('POST', `/v1/projects/${P}/topics/${id}:publish`, { messages })).messageIds as string[],
-      pull: async (returnImmediately = true) =>
-        (await ok('POST', `/v1/projects/${P}/subscriptions/${id}:pull`, { maxMessages: 10, returnImmediately }))
-          .receivedMessages ?? [],
-      nack: (ackIds: string[]) =>
-        ok('POST', `/v1/projects/${P}/subscriptions/${id}:modifyAckDeadline`, { ackIds, ackDeadlineSeconds: 0 }),
-    };
-  };
-  return { ran, open, setUp };
-}
-
-const texts = (messages: { message: { data?: string } }[]) => messages.map((m) => unb64(m.message.data));
+const RETRY = { retryPolicy: { minimumBackoff: `${BACKOFF_S}s`, maximumBackoff: `${BACKOFF_S}s` } };
 
 for (const target of redisTargets()) {
   t.test(`a long-polling pull wakes when a backoff ends (${target.name})`, async (t) => {
-    const b = await openBroker(t, target);
-    const s = await b.setUp('long-poll');
+    const b = await openPolicyBroker(t, target);
+    const s = await b.setUp('long-poll', RETRY);
     await s.publish([{ data: b64('again') }]);
     const [first] = await s.pull();
     await s.nack([first.ackId]);
@@ -92,8 +33,8 @@ for (const target of redisTargets()) {
 }
 
 t.test('a stream gets a nacked message again when its backoff ends', async (t) => {
-  const b = await openBroker(t);
-  const s = await b.setUp('stream');
+  const b = await openPolicyBroker(t);
+  const s = await b.setUp('stream', RETRY);
   const client = await b.open('stream');
   await s.publish([{ data: b64('again') }]);
   const first = (await client.take(hasMessages)).receivedMessages;
@@ -108,8 +49,8 @@ t.test('a stream gets a nacked message again when its backoff ends', async (t) =
 });
 
 t.test('an ordering key waits for the backoff of its oldest message', async (t) => {
-  const b = await openBroker(t);
-  const s = await b.setUp('ordered', { enableMessageOrdering: true });
+  const b = await openPolicyBroker(t);
+  const s = await b.setUp('ordered', { ...RETRY, enableMessageOrdering: true });
   await s.publish([
     { data: b64('k1'), orderingKey: 'k' },
     { data: b64('k2'), orderingKey: 'k' },
@@ -125,7 +66,7 @@ t.test('an ordering key waits for the backoff of its oldest message', async (t) 
 });
 
 t.test('leases a stream gives back unseen wait out no backoff', async (t) => {
-  const b = await openBroker(t);
+  const b = await openPolicyBroker(t);
   const s = await b.setUp('budget', {
     retryPolicy: { minimumBackoff: '30s', maximumBackoff: '30s' },
   });

@@ -99,6 +99,7 @@ export function ackFailures(error: { metadata?: grpc.Metadata }): Record<string,
 
 export interface ReceivedMessage {
   ackId: string;
+  deliveryAttempt?: number;
   message: {
     data?: Buffer;
     attributes?: Record<string, string>;

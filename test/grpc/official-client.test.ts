@@ -349,6 +349,56 @@ t.test('nack(): the message comes back, with a new ack ID', async (t) => {
   t.same(errors, []);
 });
 
+t.test(
+  'a dead-letter policy: deliveryAttempt counts the nacks, then the message is on the dead-letter topic',
+  async (t) => {
+    const deadTopicId = unique('dead-topic');
+    const [deadTopic] = await pubsub.createTopic(deadTopicId);
+    const [deadSubscription] = await deadTopic.createSubscription(unique('dead-sub'));
+    t.teardown(async () => {
+      await deadSubscription.close();
+      await deadSubscription.delete();
+      await deadTopic.delete();
+    });
+    const { topic, subscription, subId } = await topicWithSubscription(t, 'dead-letters', {
+      deadLetterPolicy: { deadLetterTopic: topicPath(deadTopicId), maxDeliveryAttempts: 5 },
+      retryPolicy: { minimumBackoff: { seconds: 0 }, maximumBackoff: { seconds: 1 } },
+    });
+    const [metadata] = await subscription.getMetadata();
+    t.match(metadata.deadLetterPolicy, { deadLetterTopic: topicPath(deadTopicId), maxDeliveryAttempts: 5 });
+    t.match(metadata.retryPolicy, { minimumBackoff: { seconds: '0' }, maximumBackoff: { seconds: '1' } });
+
+    await topic.publishMessage({ data: Buffer.from('poison'), attributes: { kind: 'order' } });
+    const attempts: number[] = [];
+    const errors = collect(subscription, (message) => {
+      attempts.push(message.deliveryAttempt);
+      message.nack();
+    });
+    const forwarded: Message[] = [];
+    const deadErrors = collect(deadSubscription, (message) => {
+      forwarded.push(message);
+      message.ack();
+    });
+    t.ok(await waitUntil(() => forwarded.length > 0, 15_000), 'forwarded to the dead-letter topic');
+    t.same(attempts, [1, 2, 3, 4, 5], 'delivered five times, deliveryAttempt counting');
+    const [copy] = forwarded;
+    t.equal(copy.data.toString(), 'poison');
+    t.match(copy.attributes, {
+      kind: 'order',
+      CloudPubSubDeadLetterSourceDeliveryCount: '5',
+      CloudPubSubDeadLetterSourceSubscription: subId,
+      CloudPubSubDeadLetterSourceSubscriptionProject: 'grpc-project',
+      CloudPubSubDeadLetterSourceTopicPublishTime: /^\d{4}-\d\d-\d\dT/,
+    });
+    t.ok(
+      await waitUntil(async () => (await backlog(broker.app, subId)) === 0, 10_000),
+      'and gone from its subscription',
+    );
+    t.same(attempts.length, 5, 'never delivered again');
+    t.same([...errors, ...deadErrors], []);
+  },
+);
+
 t.test('ordering keys: each key in publish order, complete, through 5 streams', async (t) => {
   const KEYS = 6;
   const PER_KEY = 100;

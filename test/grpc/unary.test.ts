@@ -134,9 +134,7 @@ t.test('subscriptions', async (t) => {
     grpcStatus.INVALID_ARGUMENT,
     'ackDeadlineSeconds 5',
   );
-  for (const [field, extra] of [
-    ['deadLetterPolicy', { deadLetterPolicy: { deadLetterTopic: topicName('dlq'), maxDeliveryAttempts: 5 } }],
-  ] as const) {
+  for (const [field, extra] of [['bigqueryConfig', { bigqueryConfig: { table: 'p.d.t' } }]] as const) {
     const error = await rpcError(b.subscriber, 'CreateSubscription', sub('sub-c', extra));
     t.equal(error.code, grpcStatus.UNIMPLEMENTED, `${field}: UNIMPLEMENTED`);
     t.match(error.details, new RegExp(field), `naming ${field}`);
@@ -218,6 +216,51 @@ t.test('retryPolicy: Durations in and out, update mask, bad values', async (t) =
   });
   t.notOk(removed.retryPolicy, 'removed by a mask without a value');
   t.notOk('retryPolicy' in (await b.ok('GET', `/v1/projects/${P}/subscriptions/retry`)), 'and so over REST');
+});
+
+t.test('deadLetterPolicy: set and read back, checked, and delivery_attempt on Pull', async (t) => {
+  const b = await startGrpcBroker(t, { pullWaitMs: 200 });
+  await b.topic('topic1');
+  await b.topic('dead');
+  await b.subscription('plain', 'topic1');
+  const policy = { deadLetterTopic: topicName('dead'), maxDeliveryAttempts: 7 };
+  const created = await rpc(b.subscriber, 'CreateSubscription', {
+    name: subName('lettered'),
+    topic: topicName('topic1'),
+    deadLetterPolicy: policy,
+  });
+  t.match(created.deadLetterPolicy, policy, 'created');
+  t.match(
+    (await b.ok('GET', `/v1/projects/${P}/subscriptions/lettered`)).deadLetterPolicy,
+    policy,
+    'the same over REST',
+  );
+  for (const [why, deadLetterPolicy, status] of [
+    ['a topic that does not exist', { deadLetterTopic: topicName('absent') }, grpcStatus.NOT_FOUND],
+    ['4 attempts', { deadLetterTopic: topicName('dead'), maxDeliveryAttempts: 4 }, grpcStatus.INVALID_ARGUMENT],
+    ['not a topic name', { deadLetterTopic: 'dead' }, grpcStatus.INVALID_ARGUMENT],
+  ] as const) {
+    const error = await rpcError(b.subscriber, 'UpdateSubscription', {
+      subscription: { name: subName('lettered'), deadLetterPolicy },
+      updateMask: { paths: ['dead_letter_policy'] },
+    });
+    t.equal(error.code, status, `${why}: ${grpcStatus[status]} (${error.details})`);
+  }
+  t.match((await b.ok('GET', `/v1/projects/${P}/subscriptions/lettered`)).deadLetterPolicy, policy, 'unchanged');
+
+  await b.publish('topic1', [{ data: 'again' }]);
+  const pullOf = async (id: string) =>
+    (
+      (await rpc(b.subscriber, 'Pull', { subscription: subName(id), maxMessages: 1 }))
+        .receivedMessages as ReceivedMessage[]
+    )[0];
+  const plain = await pullOf('plain');
+  t.notOk(plain.deliveryAttempt, 'no delivery_attempt without a dead-letter policy');
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const received = await pullOf('lettered');
+    t.equal(received.deliveryAttempt, attempt, `delivery_attempt ${attempt}`);
+    await rpc(b.subscriber, 'ModifyAckDeadline', { subscription: subName('lettered'), ackIds: [received.ackId] });
+  }
 });
 
 t.test('publish limits, as over REST', async (t) => {

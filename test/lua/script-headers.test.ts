@@ -38,6 +38,8 @@ import {
 import {
   acknowledge,
   acknowledgeOrdered,
+  cancelForwarding,
+  finishForwarding,
   modifyAckDeadline,
   pull,
   touchSubscription,
@@ -363,8 +365,9 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     what: 'pull',
-    reply: [codes.REPLY_OK, '', 0, '1000', 1],
-    call: (scripts) => pull(scripts, data, sub, { time, max: 10, leaseUs: 1_000_000, wakeChannel, maxBytes: 100 }),
+    reply: [codes.REPLY_OK, '', 0, 0, 2, '1000', 1],
+    call: (scripts) =>
+      pull(scripts, data, sub, { time, max: 10, leaseUs: 1_000_000, wakeChannel, maxBytes: 100, mayForward: true }),
   },
   {
     what: 'acknowledge',
@@ -383,6 +386,18 @@ const wrapperCases: WrapperCase[] = [
     reply: settled,
     moreArgv: members.length,
     call: (scripts) => modifyAckDeadline(scripts, sub, { time, seconds: 10, wakeChannel, members }),
+  },
+  {
+    what: 'finish-forwarding',
+    reply: codes.REPLY_OK,
+    moreArgv: members.length,
+    call: (scripts) => finishForwarding(scripts, data, sub, { wakeChannel, members }),
+  },
+  {
+    what: 'cancel-forwarding',
+    reply: codes.REPLY_OK,
+    moreArgv: members.length,
+    call: (scripts) => cancelForwarding(scripts, sub, { wakeChannel, members }),
   },
   {
     what: 'touch-subscription',

@@ -234,6 +234,33 @@ t.test('regions', async (t) => {
     );
   });
 
+  t.test('a message dead-lettered through any endpoint is stored in its own region, once', async (t) => {
+    await d.api('a', 'PUT', topicPath('dl-source'), {});
+    await d.api('a', 'PUT', topicPath('dl-dead'), {});
+    await d.api('b', 'PUT', subPath('dl-dead'), { topic: 'projects/p/topics/dl-dead' });
+    await d.api('c', 'PUT', subPath('dl-source'), {
+      topic: 'projects/p/topics/dl-source',
+      deadLetterPolicy: { deadLetterTopic: 'projects/p/topics/dl-dead', maxDeliveryAttempts: 5 },
+    });
+    await publish(d, 'b', 'dl-source', ['from-b']);
+    // Each delivery through another endpoint: the nacks go to region b, where the message is.
+    for (const region of ['a', 'c', 'a', 'c', 'a']) {
+      const [received] = await pullAll(d, region, 'dl-source');
+      t.equal(received?.message.messageId.split('-')[0], 'b', `delivered through ${region}`);
+      await d.api(region, 'POST', `${subPath('dl-source')}:modifyAckDeadline`, {
+        ackIds: [received.ackId],
+        ackDeadlineSeconds: 0,
+      });
+    }
+    t.same(await pullAll(d, 'c', 'dl-source'), [], 'forwarded instead of delivered a sixth time');
+    const copies = await pullAll(d, 'a', 'dl-dead');
+    t.same(
+      copies.map((m) => [m.message.messageId.split('-')[0], unb64(m.message.data)]),
+      [['b', 'from-b']],
+      'on the dead-letter topic, in region b',
+    );
+  });
+
   t.test('a change of messageStoragePolicy applies to the next publish through any endpoint', async (t) => {
     // With regions the broker never reuses a topic record for publishing (DeliveryService rememberTopic).
     t.equal(

@@ -21,7 +21,6 @@ const P = 'fields-project';
 /** A value a client might send for a field that asks for something (not empty). */
 const SAMPLE_VALUES: Record<string, unknown> = {
   filter: 'attributes.kind = "a"',
-  deadLetterPolicy: { deadLetterTopic: `projects/${P}/topics/dead`, maxDeliveryAttempts: 5 },
   detached: true,
   bigqueryConfig: { table: 'p.d.t' },
   cloudStorageConfig: { bucket: 'b' },
@@ -102,6 +101,7 @@ t.test('subscriptions: what each declared field is, clients get', async (t) => {
     enableMessageOrdering: true,
     labels: { a: '1' },
     retryPolicy: { minimumBackoff: '1.5s', maximumBackoff: '20s' },
+    deadLetterPolicy: { deadLetterTopic: topic, maxDeliveryAttempts: 7 },
   });
   t.equal(base.status, 200, 'fixture');
 
@@ -155,6 +155,7 @@ t.test('subscriptions: what each declared field is, clients get', async (t) => {
     ordered: '1',
     minBackoffUs: '1500000',
     maxBackoffUs: '20000000',
+    maxDeliveryAttempts: '7',
   });
   t.has(config, expected, 'the config hash holds every setting the scripts read');
 });

@@ -30,6 +30,7 @@ const S = `/v1/projects/${P}/subscriptions`;
 const TOPIC = `projects/${P}/topics/sp-topic`;
 const sub = (id: string, extra: Record<string, unknown> = {}) => subscriptionBody(P, id, TOPIC, extra);
 const RETRY_DEFAULTS = { minimumBackoff: '10s', maximumBackoff: '600s' };
+const DLT = `projects/${P}/topics/sp-dead-letters`;
 const notMutable = (path: string) =>
   invalid(
     `Invalid update_mask provided in the UpdateSubscriptionRequest: the '${path}' field in the Subscription is not mutable.`,
@@ -88,6 +89,7 @@ t.test('subscription names', async (t) => {
 t.test('defaults and stored fields on create', async (t) => {
   const { api } = await openClient(t, standalone, 'subs-create');
   await api('PUT', `${T}/sp-topic`, {});
+  await api('PUT', `${T}/sp-dead-letters`, {});
   await api('PUT', `${T}/sp-retained`, { messageRetentionDuration: '86400s' });
   const accepted: [string, Record<string, unknown>, Record<string, unknown>][] = [
     ['only a topic: every default', {}, {}],
@@ -120,6 +122,27 @@ t.test('defaults and stored fields on create', async (t) => {
     // Output only: only DetachSubscription detaches (Pub/Sub, too, creates it attached).
     ['detached true is ignored', { detached: true }, {}],
     ['empty deadLetterPolicy is none', { deadLetterPolicy: {} }, {}],
+    ['deadLetterPolicy without a topic is none', { deadLetterPolicy: { deadLetterTopic: '' } }, {}],
+    [
+      'deadLetterPolicy: maxDeliveryAttempts unset means 5',
+      { deadLetterPolicy: { deadLetterTopic: DLT } },
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 5 } },
+    ],
+    [
+      'deadLetterPolicy: maxDeliveryAttempts 0 means 5',
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 0 } },
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 5 } },
+    ],
+    [
+      'deadLetterPolicy: 100 attempts, snake_case',
+      { dead_letter_policy: { dead_letter_topic: DLT, max_delivery_attempts: 100 } },
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 100 } },
+    ],
+    [
+      "deadLetterPolicy: the subscription's own topic",
+      { deadLetterPolicy: { deadLetterTopic: TOPIC, maxDeliveryAttempts: 6 } },
+      { deadLetterPolicy: { deadLetterTopic: TOPIC, maxDeliveryAttempts: 6 } },
+    ],
     ['retryPolicy {}: the default backoffs', { retryPolicy: {} }, { retryPolicy: RETRY_DEFAULTS }],
     [
       'retryPolicy minimumBackoff only',
@@ -293,10 +316,40 @@ t.test('defaults and stored fields on create', async (t) => {
       invalid("Invalid filter expression: expected a double-quoted string, found 'a' at position 19."),
     ],
     [
-      'deadLetterPolicy',
-      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: TOPIC, maxDeliveryAttempts: 5 } },
-      501,
-      unimplemented('deadLetterPolicy'),
+      'deadLetterPolicy: 4 attempts',
+      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 4 } },
+      400,
+      invalid('Invalid deadLetterPolicy.maxDeliveryAttempts: 4. It must be between 5 and 100.'),
+    ],
+    [
+      'deadLetterPolicy: 101 attempts',
+      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 101 } },
+      400,
+      invalid('Invalid deadLetterPolicy.maxDeliveryAttempts: 101. It must be between 5 and 100.'),
+    ],
+    [
+      'deadLetterPolicy: attempts without a topic',
+      { topic: TOPIC, deadLetterPolicy: { maxDeliveryAttempts: 10 } },
+      400,
+      invalid('Invalid deadLetterPolicy: maxDeliveryAttempts needs a deadLetterTopic.'),
+    ],
+    [
+      'deadLetterPolicy: not a topic name',
+      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: 'dead-letters' } },
+      400,
+      invalid('Invalid [topics] name: (name=dead-letters).'),
+    ],
+    [
+      'deadLetterPolicy: a topic that does not exist',
+      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: `projects/${P}/topics/absent` } },
+      404,
+      notFound('absent'),
+    ],
+    [
+      'deadLetterPolicy: unknown field',
+      { topic: TOPIC, deadLetterPolicy: { deadLetterTopic: DLT, deadLetterQueue: true } },
+      400,
+      unknownField('deadLetterQueue', 'deadLetterPolicy'),
     ],
     [
       'retryPolicy minimumBackoff 601s',
@@ -380,6 +433,7 @@ t.test('defaults and stored fields on create', async (t) => {
 t.test('PATCH subscription', async (t) => {
   const { api } = await openClient(t, standalone, 'subs-patch');
   await api('PUT', `${T}/sp-topic`, {});
+  await api('PUT', `${T}/sp-dead-letters`, {});
   await api('PUT', `${T}/sp-other`, {});
   const url = `${S}/patched`;
   let current: Record<string, unknown> = { enableMessageOrdering: true, labels: { a: '1' } };
@@ -448,6 +502,32 @@ t.test('PATCH subscription', async (t) => {
       { enableExactlyOnceDelivery: true },
     ],
     ['pushConfig {} keeps pull', { subscription: { pushConfig: {} }, updateMask: 'pushConfig' }, {}],
+    [
+      'deadLetterPolicy',
+      {
+        subscription: { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 9 } },
+        updateMask: 'deadLetterPolicy',
+      },
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 9 } },
+    ],
+    [
+      'dead_letter_policy (snake_case path), attempts defaulted',
+      { subscription: { deadLetterPolicy: { deadLetterTopic: DLT } }, updateMask: 'dead_letter_policy' },
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 5 } },
+    ],
+    [
+      'deadLetterPolicy absent: removed',
+      { subscription: {}, updateMask: 'deadLetterPolicy' },
+      { deadLetterPolicy: undefined },
+    ],
+    [
+      'deadLetterPolicy back',
+      {
+        subscription: { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 50 } },
+        updateMask: 'deadLetterPolicy',
+      },
+      { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 50 } },
+    ],
     [
       'retryPolicy {}: the defaults',
       { subscription: { retryPolicy: {} }, updateMask: 'retryPolicy' },
@@ -539,10 +619,22 @@ t.test('PATCH subscription', async (t) => {
       invalid('The UpdateSubscriptionRequest must have a non-empty update_mask.'),
     ],
     [
-      'deadLetterPolicy path',
-      { subscription: { deadLetterPolicy: { deadLetterTopic: TOPIC } }, updateMask: 'deadLetterPolicy' },
-      501,
-      unimplemented('deadLetterPolicy'),
+      'deadLetterPolicy of a topic that does not exist',
+      {
+        subscription: { deadLetterPolicy: { deadLetterTopic: `projects/${P}/topics/absent` } },
+        updateMask: 'deadLetterPolicy',
+      },
+      404,
+      notFound('absent'),
+    ],
+    [
+      'deadLetterPolicy with 3 attempts',
+      {
+        subscription: { deadLetterPolicy: { deadLetterTopic: DLT, maxDeliveryAttempts: 3 } },
+        updateMask: 'deadLetterPolicy',
+      },
+      400,
+      invalid('Invalid deadLetterPolicy.maxDeliveryAttempts: 3. It must be between 5 and 100.'),
     ],
     [
       'retryPolicy maximum below minimum',

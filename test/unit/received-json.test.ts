@@ -46,7 +46,12 @@ function randomMessage(random: () => number, i: number): ReceivedMessage {
     for (let a = 0; a < count; a++) message.attributes[randomText(random, 8) || 'k'] = randomText(random, 12);
   }
   if (random() < 0.4) message.orderingKey = randomText(random, 10) || 'key';
-  return { ackId: `region-a.0123456789abcdef-${i.toString(36)}-1-${'A'.repeat(22)}`, message };
+  const received: ReceivedMessage = {
+    ackId: `region-a.0123456789abcdef-${i.toString(36)}-1-${'A'.repeat(22)}`,
+    message,
+  };
+  if (random() < 0.5) received.deliveryAttempt = 1 + Math.floor(random() * 100);
+  return received;
 }
 
 t.test('parses back to the same value as JSON.stringify, and is ASCII', async (t) => {
@@ -59,9 +64,10 @@ t.test('parses back to the same value as JSON.stringify, and is ASCII', async (t
         : undefined;
     const json = receivedMessagesJson(received, rest);
     // What JSON.stringify makes of the same answer with its data in base64 (proto3 JSON bytes).
-    const onWire = received.map(({ ackId, message }) => ({
+    const onWire = received.map(({ ackId, message, deliveryAttempt }) => ({
       ackId,
       message: { ...message, data: message.data?.toString('base64') },
+      deliveryAttempt,
     }));
     const expected = received.length > 0 ? { receivedMessages: onWire, ...rest } : { ...rest };
     t.same(JSON.parse(json.toString('utf8')), JSON.parse(JSON.stringify(expected)), `round ${round}`);

@@ -30,6 +30,7 @@ function randomMessage(full: boolean): ReceivedMessage {
   const publishTime = formatTimestampUs(rnd.int(1, 4_102_444_800) * 1_000_000 + rnd.int(full ? 1 : 0, 999_999));
   return {
     ackId: `0123456789abcdef-${rnd.int(0, 1e9).toString(36)}-${rnd.int(0, 99).toString(36)}-${'A'.repeat(22)}`,
+    deliveryAttempt: full || rnd.chance(0.5) ? rnd.int(1, 300) : undefined,
     message: {
       data,
       attributes,
@@ -42,9 +43,10 @@ function randomMessage(full: boolean): ReceivedMessage {
 
 /** The same response in the form proto-loader encodes (Timestamps as objects). */
 const protoLoaderForm = (received: ReceivedMessage[], rest: object = {}) => ({
-  receivedMessages: received.map(({ ackId, message }) => ({
+  receivedMessages: received.map(({ ackId, message, deliveryAttempt }) => ({
     ackId,
     message: { ...message, publishTime: timestampFromJson(message.publishTime) },
+    deliveryAttempt,
   })),
   ...rest,
 });

@@ -12,6 +12,8 @@ export const REPLY_TOPIC_DELETED = -1;
 export const REPLY_NO_SUBSCRIPTION = -1;
 export const REPLY_ATTACHMENTS_CHANGED = -2;
 export const REPLY_STAMP_REFUSED = -3;
+/** publish: the message forwarded from a dead-letter policy was stored before. */
+export const REPLY_FORWARDED_BEFORE = -4;
 
 /** Per delivery, from acknowledge, acknowledge-ordered and modify-ack-deadline. */
 export const DELIVERY_GONE = 0;

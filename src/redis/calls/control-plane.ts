@@ -115,6 +115,7 @@ export async function dropSubscription(
       sub.keyedDeliveries,
       sub.keyStates,
       sub.delayed,
+      sub.forwarding,
     ],
     [call.subscriptionUid, call.batch],
   );
@@ -124,7 +125,7 @@ export async function dropSubscription(
 
 /** Closes a topic incarnation to publishing and attaching. */
 export async function deleteTopicData(scripts: Scripts, data: TopicKeys): Promise<void> {
-  await scripts.run('delete-topic-data', [data.state], []);
+  await scripts.run('delete-topic-data', [data.state, data.forwarded], []);
 }
 
 /** Marks subscription data ("topicUid/subscriptionUid/name") for clean-up. */

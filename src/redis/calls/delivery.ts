@@ -11,7 +11,7 @@ import {
   unexpectedReply,
 } from './codes.ts';
 
-// The scripts of the pull/ack/modack cycle, and touch-subscription.
+// The scripts of the pull/ack/modack cycle, of forwarding to a dead-letter topic, and touch-subscription.
 
 export interface PullCall {
   time: ScriptTime;
@@ -21,6 +21,16 @@ export interface PullCall {
   wakeChannel: string;
   /** No further message once the leased bodies reach this many bytes (at least one goes). */
   maxBytes: number;
+  /** Messages due for the dead-letter topic may be handed over to forward (it exists). */
+  mayForward: boolean;
+}
+
+/** A message pull.lua handed over to forward to the dead-letter topic. */
+export interface Forward {
+  seq: string;
+  generation: number;
+  /** How many of its deliveries failed. */
+  deliveryAttempts: number;
 }
 
 export type PullResult =
@@ -29,8 +39,8 @@ export type PullResult =
   | {
       kind: 'leased';
       /**
-       * When nothing was leased: microseconds until the earliest lease runs out or retry backoff
-       * ends (undefined: neither).
+       * When nothing was leased: microseconds until the earliest lease runs out, retry backoff
+       * ends or forwarding claim ends (undefined: none).
        */
       nextDueUs: number | undefined;
       /** Messages published before this are past the subscription's retention. */
@@ -38,6 +48,9 @@ export type PullResult =
       /** The leased messages (their bodies are read outside the script) and their generations. */
       seqs: string[];
       generations: number[];
+      /** Each leased message's delivery attempt, on subscriptions with a dead-letter policy. */
+      attempts?: number[];
+      forwards: Forward[];
     };
 
 export async function pull(
@@ -48,19 +61,37 @@ export async function pull(
 ): Promise<PullResult> {
   const reply = (await scripts.run(
     'pull',
-    [sub.config, sub.ready, sub.leased, data.bodies, sub.keyed, sub.keyedDeliveries, sub.keyStates, sub.delayed],
-    [call.time, call.max, call.leaseUs ?? '', call.wakeChannel, call.maxBytes],
-  )) as [number, number | '', number, ...(string | number)[]];
+    [
+      sub.config,
+      sub.ready,
+      sub.leased,
+      data.bodies,
+      sub.keyed,
+      sub.keyedDeliveries,
+      sub.keyStates,
+      sub.delayed,
+      sub.forwarding,
+    ],
+    [call.time, call.max, call.leaseUs ?? '', call.wakeChannel, call.maxBytes, call.mayForward ? '1' : ''],
+  )) as [number, number | '', number, number, number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
   if (reply[0] !== REPLY_OK) throw unexpectedReply('pull', reply);
+  const [, due, oldestKeptUs, forwardCount, stride] = reply;
+  const forwardsAt = reply.length - 3 * forwardCount;
   const seqs: string[] = [];
   const generations: number[] = [];
-  for (let i = 3; i < reply.length; i += 2) {
+  const attempts: number[] | undefined = stride === 3 ? [] : undefined;
+  for (let i = 5; i < forwardsAt; i += stride) {
     seqs.push(String(reply[i]));
     generations.push(Number(reply[i + 1]));
+    attempts?.push(Number(reply[i + 2]));
   }
-  const nextDueUs = typeof reply[1] === 'number' ? reply[1] : undefined;
-  return { kind: 'leased', nextDueUs, oldestKeptUs: reply[2], seqs, generations };
+  const forwards: Forward[] = [];
+  for (let i = forwardsAt; i < reply.length; i += 3) {
+    forwards.push({ seq: String(reply[i]), generation: Number(reply[i + 1]), deliveryAttempts: Number(reply[i + 2]) });
+  }
+  const nextDueUs = typeof due === 'number' ? due : undefined;
+  return { kind: 'leased', nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards };
 }
 
 /**
@@ -158,6 +189,45 @@ export async function modifyAckDeadline(
     [call.time, call.seconds, call.wakeChannel, call.release ? '1' : '', ...call.members],
   );
   return settled('modify-ack-deadline', reply as number[]);
+}
+
+export interface ForwardingCall {
+  wakeChannel: string;
+  /** Messages pull handed over to forward, "seq:gen". */
+  members: readonly string[];
+}
+
+/** Runs finish-forwarding.lua: the messages are stored in the dead-letter topic. */
+export async function finishForwarding(
+  scripts: Scripts,
+  data: TopicKeys,
+  sub: SubscriptionKeys,
+  call: ForwardingCall,
+): Promise<'finished' | 'no-subscription'> {
+  const reply = await scripts.run(
+    'finish-forwarding',
+    [sub.config, sub.forwarding, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+    [call.wakeChannel, ...call.members],
+  );
+  if (reply === REPLY_OK) return 'finished';
+  if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
+  throw unexpectedReply('finish-forwarding', reply);
+}
+
+/** Runs cancel-forwarding.lua: the messages cannot be forwarded, and are delivered again. */
+export async function cancelForwarding(
+  scripts: Scripts,
+  sub: SubscriptionKeys,
+  call: ForwardingCall,
+): Promise<'cancelled' | 'no-subscription'> {
+  const reply = await scripts.run(
+    'cancel-forwarding',
+    [sub.config, sub.forwarding, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
+    [call.wakeChannel, ...call.members],
+  );
+  if (reply === REPLY_OK) return 'cancelled';
+  if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
+  throw unexpectedReply('cancel-forwarding', reply);
 }
 
 /** Records that the subscription is in use (an open stream keeps it alive while no message flows). */

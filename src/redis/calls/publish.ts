@@ -3,6 +3,7 @@ import type { TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
 import {
   REPLY_ATTACHMENTS_CHANGED,
+  REPLY_FORWARDED_BEFORE,
   REPLY_OK,
   REPLY_STAMP_REFUSED,
   REPLY_TOPIC_DELETED,
@@ -29,6 +30,8 @@ export interface PublishCall {
   staged: boolean;
   /** Where staged bodies go (TopicKeys.staging); a key of the call either way. */
   stagingKey: string;
+  /** A message forwarded from a dead-letter policy: its forward ID, so that it is stored once. */
+  forwardId?: string;
 }
 
 /**
@@ -40,14 +43,16 @@ export interface PublishCall {
  *                            again from it;
  *   'staged-bodies-missing'  the staged bodies were not all there when the script ran (ioredis
  *                            Cluster, retrying commands one by one after a failover, sent the
- *                            script before them): publishing again succeeds.
+ *                            script before them): publishing again succeeds;
+ *   'forwarded-before'       the forward ID was stored already.
  */
 export type PublishResult =
   | { kind: 'published'; firstSeq: number; redisTimeUs: number }
   | { kind: 'topic-deleted' }
   | { kind: 'attachments-changed' }
   | { kind: 'stamp-refused'; redisTimeUs: number }
-  | { kind: 'staged-bodies-missing' };
+  | { kind: 'staged-bodies-missing' }
+  | { kind: 'forwarded-before' };
 
 /** The error publish.lua answers when the staged bodies are not all there. */
 export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
@@ -60,7 +65,7 @@ export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
  */
 export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
   const { bodies, stagingKey } = call;
-  const keys = [data.state, data.bodies, data.refs, stagingKey];
+  const keys = [data.state, data.bodies, data.refs, stagingKey, data.forwarded];
   let orderedFlags = '';
   let selections = '';
   for (const { uid, ordered, takes } of call.subscriptions) {
@@ -76,6 +81,7 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     call.wakeChannel,
     call.orderingKey,
     orderedFlags,
+    call.forwardId ?? '',
     selections,
     String(bodies.count),
   ];
@@ -97,6 +103,8 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
       return { kind: 'attachments-changed' };
     case REPLY_STAMP_REFUSED:
       return { kind: 'stamp-refused', redisTimeUs: reply[1]! };
+    case REPLY_FORWARDED_BEFORE:
+      return { kind: 'forwarded-before' };
     case REPLY_OK:
       return { kind: 'published', firstSeq: reply[1]!, redisTimeUs: reply[2]! };
     default:

@@ -1,0 +1,123 @@
+import { ApiError } from '../errors.ts';
+import { cancelForwarding, type Forward, finishForwarding } from '../redis/calls/delivery.ts';
+import { formatTimestampUs } from './durations.ts';
+import { unpackMessage } from './message-codec.ts';
+import { parseResourceName } from './names.ts';
+import type { Publisher } from './publish.ts';
+import type { PubsubMessage } from './publish-request.ts';
+import type { SubscriptionRecord, TopicRecord } from './records.ts';
+import type { Region, Regions } from './regions.ts';
+import { deadLetterRegion } from './storage-region.ts';
+import type { TopicService } from './topics.ts';
+
+/** How long this node goes by what it last read of a dead-letter topic (that it exists, or not). */
+const TOPIC_REMEMBERED_MS = 1000;
+
+/**
+ * Forwarding to dead-letter topics (README.md, "Dead-letter topics"). A message whose delivery
+ * failed maxDeliveryAttempts times is forwarded instead of being delivered again. The source
+ * subscription and the dead-letter topic are different topic incarnations, under different hash
+ * tags (on Redis Cluster, maybe on different shards), so no one script can move the message;
+ * each of the three steps is one script, made so that repeating it does no harm:
+ *   1. pull.lua (source) hands the message over: it leaves delivery for the subscription's
+ *      forwarding set, claimed by this forwarder for 30 s (FORWARD_CLAIM_US in prelude.lua);
+ *   2. publish.lua (dead-letter topic) stores it there under its forward ID (subscription uid,
+ *      region, seq), which it records: storing the same ID again stores nothing;
+ *   3. finish-forwarding.lua (source) takes it out of the forwarding set, as an ack would.
+ * A forwarder that stops between two steps leaves the message in the forwarding set; once its
+ * claim has run out, the next pull of the subscription (any transport, any node) hands it over
+ * again, and its forwarder goes through steps 2 and 3: a message is neither lost nor stored
+ * twice. When the subscription has no dead-letter policy any more, or its topic does not exist
+ * (deleted meanwhile), cancel-forwarding.lua gives the message back to delivery instead, and
+ * pulls deliver such messages until the topic exists again.
+ */
+export class DeadLetters {
+  private readonly topicsSeen = new Map<string, { record: TopicRecord | undefined; until: number }>();
+
+  constructor(
+    private readonly regions: Regions,
+    private readonly topics: TopicService,
+    private readonly publisher: Publisher,
+  ) {}
+
+  /** Whether a pull may hand over the subscription's messages to forward: its dead-letter topic exists. */
+  async mayForward(record: SubscriptionRecord): Promise<boolean> {
+    return (await this.deadLetterTopic(record)) !== undefined;
+  }
+
+  /**
+   * Steps 2 and 3 for what one pull handed over in `region` (`bodies` in the same order, null
+   * where gone). A step that fails is left to the next pull, once the claim has run out.
+   */
+  async forward(
+    region: Region,
+    record: SubscriptionRecord,
+    forwards: Forward[],
+    bodies: (Buffer | null)[],
+    oldestKeptUs: number,
+  ): Promise<void> {
+    const { ctx } = region;
+    const data = ctx.keys.topicData(record.topicUid);
+    const sub = data.subscription(record.uid);
+    const wakeChannel = ctx.keys.wakeChannel(record.topicUid);
+    const topic = await this.deadLetterTopic(record);
+    if (!topic) {
+      await cancelForwarding(ctx.scripts, sub, { wakeChannel, members: forwards.map(member) });
+      return;
+    }
+    const outcomes = await Promise.allSettled(
+      forwards.map(async (forward, i): Promise<'done' | 'cancelled'> => {
+        const stored = bodies[i] && unpackMessage(bodies[i]);
+        // Gone (its subscription was deleted meanwhile) or past the retention: dropped, as a
+        // pull drops what it finds too old.
+        if (!stored || stored.publishTimeUs < oldestKeptUs) return 'done';
+        const message: PubsubMessage = {
+          data: stored.data,
+          attributes: { ...stored.attributes, ...sourceAttributes(record, forward, stored.publishTimeUs) },
+          orderingKey: stored.orderingKey,
+        };
+        const target = deadLetterRegion(this.regions, topic, region);
+        const forwardId = `${record.uid}/${region.name}/${forward.seq}`;
+        if (await this.publisher.forward(topic, target, message, forwardId)) return 'done';
+        this.topicsSeen.delete(topic.name);
+        return 'cancelled';
+      }),
+    );
+    // A forward that failed stays claimed, for the next pull once the claim has run out.
+    const members = (outcome: 'done' | 'cancelled') =>
+      forwards.filter((_, i) => outcomes[i].status === 'fulfilled' && outcomes[i].value === outcome).map(member);
+    const done = members('done');
+    const cancelled = members('cancelled');
+    if (done.length > 0) {
+      await finishForwarding(ctx.scripts, data, sub, { wakeChannel, members: done });
+    }
+    if (cancelled.length > 0) await cancelForwarding(ctx.scripts, sub, { wakeChannel, members: cancelled });
+  }
+
+  /** The subscription's dead-letter topic, undefined when it has none or it does not exist. */
+  private async deadLetterTopic(record: SubscriptionRecord): Promise<TopicRecord | undefined> {
+    const name = record.deadLetterPolicy?.deadLetterTopic;
+    if (!name) return undefined;
+    const seen = this.topicsSeen.get(name);
+    if (seen && seen.until > Date.now()) return seen.record;
+    const topic = await this.topics.read(parseResourceName('topics', name)).catch((error: unknown) => {
+      if (error instanceof ApiError && error.status === 'NOT_FOUND') return undefined;
+      throw error;
+    });
+    this.topicsSeen.set(name, { record: topic, until: Date.now() + TOPIC_REMEMBERED_MS });
+    return topic;
+  }
+}
+
+const member = (forward: Forward) => `${forward.seq}:${forward.generation}`;
+
+/** The attributes Pub/Sub adds to a dead-lettered message. */
+function sourceAttributes(record: SubscriptionRecord, forward: Forward, publishTimeUs: number) {
+  const { project, id } = parseResourceName('subscriptions', record.name);
+  return {
+    CloudPubSubDeadLetterSourceDeliveryCount: String(forward.deliveryAttempts),
+    CloudPubSubDeadLetterSourceSubscription: id,
+    CloudPubSubDeadLetterSourceSubscriptionProject: project,
+    CloudPubSubDeadLetterSourceTopicPublishTime: formatTimestampUs(publishTimeUs),
+  };
+}
