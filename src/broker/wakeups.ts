@@ -90,25 +90,34 @@ export class Wakeups {
 
 /**
  * A delivery loop's sleep: it ends after `ms` (never, if undefined), when `woken` settles, or when
- * the loop is nudged (flow-control room, a close, new settings), whichever comes first.
+ * the loop is nudged (flow-control room, a close, new settings), whichever comes first. A nudge
+ * while the loop is awake (in the middle of a pull, say) ends its next sleep at once, so that
+ * what the nudge announced is never slept through.
  */
 export class Nap {
-  private wake: () => void = () => {};
+  private wake?: () => void;
+  private nudged = false;
 
-  /** Ends the sleep under way, if any. */
   nudge(): void {
-    this.wake();
+    if (this.wake) this.wake();
+    else this.nudged = true;
   }
 
   sleep(ms: number | undefined, woken?: Promise<unknown>): Promise<void> {
+    if (this.nudged) {
+      this.nudged = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
-      const timer = ms === undefined ? undefined : setTimeout(done, ms);
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => {
+        clearTimeout(timer);
+        if (this.wake === done) this.wake = undefined;
+        resolve();
+      };
+      if (ms !== undefined) timer = setTimeout(done, ms);
       this.wake = done;
       woken?.then(done);
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
     });
   }
 }
