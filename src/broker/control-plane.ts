@@ -23,6 +23,7 @@ import {
   versionOf,
 } from './records.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
+import { Rerun } from './rerun.ts';
 
 /**
  * Topics and subscriptions are global: every region's Redis holds a full copy of the control
@@ -80,8 +81,10 @@ function stateCall(state: State, mode: 'cas' | 'newer', expected: string): PutSt
 export class ControlPlane {
   /** Bumped whenever a region's connection opens or closes: a sync only vouches for the epoch it saw. */
   private readonly epochs = new Map<Region, number>();
-  private syncing?: Promise<void>;
-  private syncAgain = false;
+  private readonly syncs = new Rerun(
+    () => this.syncLogged(),
+    () => this.stopped,
+  );
   private timer?: NodeJS.Timeout;
   private stopped = false;
 
@@ -109,29 +112,22 @@ export class ControlPlane {
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
-    await this.syncing;
+    await this.syncs.settled();
   }
 
   /** Runs a sync unless one is running (then one more runs after it). Failures are retried by the next request. */
   requestSync(): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.syncing) {
-      this.syncAgain = true;
-      return this.syncing;
+    return this.syncs.request();
+  }
+
+  private async syncLogged(): Promise<void> {
+    try {
+      await this.sync();
+    } catch (error) {
+      this.log(`control-plane sync failed: ${(error as Error).message}`);
+      // A connection that is up but failing still needs one: try again shortly.
+      if (!this.stopped) setTimeout(() => void this.requestSync(), 1_000).unref();
     }
-    this.syncing = (async () => {
-      do {
-        this.syncAgain = false;
-        try {
-          await this.sync();
-        } catch (error) {
-          this.log(`control-plane sync failed: ${(error as Error).message}`);
-          // A connection that is up but failing still needs one: try again shortly.
-          if (!this.stopped) setTimeout(() => void this.requestSync(), 1_000).unref();
-        }
-      } while (this.syncAgain && !this.stopped);
-    })().finally(() => (this.syncing = undefined));
-    return this.syncing;
   }
 
   /** The region may lack a write: unusable until a sync that starts after this one completes. */

@@ -168,9 +168,10 @@ function attachment(uid: string, value: string): Attachment {
 }
 
 /** Which of the messages a subscription takes: all, unless its filter refuses some. */
-function selection({ uid, ordered, filter }: Attachment, messages: PubsubMessage[]) {
-  if (!filter) return { uid, ordered };
+function selection(attachment: Attachment, messages: PubsubMessage[]) {
+  const { uid, ordered, filter } = attachment;
+  if (!filter) return attachment;
   let takes = '';
   for (const message of messages) takes += filter.matches(message.attributes) ? '1' : '0';
-  return takes.includes('0') ? { uid, ordered, takes } : { uid, ordered };
+  return takes.includes('0') ? { uid, ordered, takes } : attachment;
 }

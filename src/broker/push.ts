@@ -6,6 +6,7 @@ import { PushWindow } from './push-window.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
 import { Nap, type Waiter } from './wakeups.ts';
+import { Rerun } from './rerun.ts';
 
 /**
  * Push delivery (README.md, "Push subscriptions"). Every broker node pushes every push
@@ -43,8 +44,10 @@ const hasPolicy = (record: SubscriptionRecord, field: 'retryPolicy' | 'deadLette
 export class PushService {
   private readonly pushers = new Map<string, Pusher>();
   private readonly stopping = new Set<Promise<void>>();
-  private listing?: Promise<void>;
-  private listAgain = false;
+  private readonly listings = new Rerun(
+    () => this.listLogged(),
+    () => this.closed,
+  );
   private timer?: NodeJS.Timeout;
   private announcements?: Waiter;
   private closed = false;
@@ -74,29 +77,22 @@ export class PushService {
     this.closed = true;
     clearInterval(this.timer);
     this.announcements?.cancel();
-    await this.listing;
+    await this.listings.settled();
     for (const [name, pusher] of this.pushers) this.stop(name, pusher);
     await Promise.all(this.stopping);
   }
 
   /** Lists the push subscriptions now, or once more after the listing under way. */
   requestListing(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.listing) {
-      this.listAgain = true;
-      return this.listing;
+    return this.listings.request();
+  }
+
+  private async listLogged(): Promise<void> {
+    try {
+      await this.list();
+    } catch (error) {
+      this.options.log(`listing push subscriptions failed: ${(error as Error).message}`);
     }
-    this.listing = (async () => {
-      do {
-        this.listAgain = false;
-        try {
-          await this.list();
-        } catch (error) {
-          this.options.log(`listing push subscriptions failed: ${(error as Error).message}`);
-        }
-      } while (this.listAgain && !this.closed);
-    })().finally(() => (this.listing = undefined));
-    return this.listing;
   }
 
   private async listen(): Promise<void> {

@@ -5,8 +5,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { Redis } from 'ioredis';
 import { call, freePort, startBrokerProcess, stopProcess, tempDir, type BrokerProcess } from '../helpers/processes.ts';
+import { startRedisProcess } from '../helpers/redis-process.ts';
 
 const TOPIC = '/v1/projects/crash/topics/orders';
 const SUBSCRIPTION = '/v1/projects/crash/subscriptions/orders-sub';
@@ -148,56 +148,17 @@ t.test('SIGKILL of the managed redis-server under load loses nothing accepted', 
 });
 
 t.test('with an external Redis down, requests answer UNAVAILABLE and recover by themselves', async (t) => {
-  const dataDir = tempDir(t, 'external-redis');
-  const port = await freePort();
-  const startRedis = async () => {
-    const { spawn } = await import('node:child_process');
-    const child = spawn(
-      'redis-server',
-      // appendfsync always: with everysec, Redis may hold back its AOF writes for up to 2 s while
-      // an fsync is slow (a busy disk), and the SIGKILL below would lose the topic set up here.
-      [
-        '--port',
-        String(port),
-        '--bind',
-        '127.0.0.1',
-        '--dir',
-        dataDir,
-        '--appendonly',
-        'yes',
-        '--appendfsync',
-        'always',
-        '--save',
-        '',
-      ],
-      { stdio: 'ignore' },
-    );
-    const client = new Redis(port, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    client.on('error', () => {});
-    for (let i = 0; i < 100; i++) {
-      try {
-        await client.connect();
-        await client.ping();
-        break;
-      } catch {
-        client.disconnect();
-        await sleep(50);
-      }
-    }
-    client.disconnect();
-    return child;
-  };
-  let redis = await startRedis();
-  const broker = await startBrokerProcess({ REDIS_URL: `redis://127.0.0.1:${port}` });
-  t.teardown(async () => {
-    await stopProcess(broker.child);
-    await stopProcess(redis, 'SIGKILL');
-  });
+  // appendfsync always (the helper's setting): with everysec, Redis may hold back its AOF writes
+  // for up to 2 s while an fsync is slow (a busy disk), and the SIGKILL below would lose the
+  // topic set up here.
+  const redis = await startRedisProcess(t, 'external-redis');
+  const broker = await startBrokerProcess({ REDIS_URL: redis.url });
+  t.teardown(() => stopProcess(broker.child));
   await setUp(t, broker);
   const published = await call(broker.url, 'POST', `${TOPIC}:publish`, { messages: [{ data: 'aGVsbG8=' }] });
   t.equal(published.status, 200);
 
-  await stopProcess(redis, 'SIGKILL');
+  await redis.kill();
   const publishWhileDown = await call(broker.url, 'POST', `${TOPIC}:publish`, { messages: [{ data: 'aGVsbG8=' }] });
   t.equal(publishWhileDown.status, 503);
   t.same(publishWhileDown.body.error.status, 'UNAVAILABLE');
@@ -209,7 +170,7 @@ t.test('with an external Redis down, requests answer UNAVAILABLE and recover by 
   t.equal((await call(broker.url, 'GET', '/readyz')).status, 503, 'not ready while Redis is down');
   t.equal((await call(broker.url, 'GET', '/healthz')).status, 200, 'but alive');
 
-  redis = await startRedis();
+  await redis.start();
   let pulled: Awaited<ReturnType<typeof call>> | undefined;
   for (let i = 0; i < 300; i++) {
     pulled = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, { maxMessages: 10, returnImmediately: true });

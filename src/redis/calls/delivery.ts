@@ -209,9 +209,7 @@ export async function finishForwarding(
     [sub.config, sub.forwarding, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
     [call.wakeChannel, ...call.members],
   );
-  if (reply === REPLY_OK) return 'finished';
-  if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
-  throw unexpectedReply('finish-forwarding', reply);
+  return okOrNoSubscription('finish-forwarding', reply, 'finished');
 }
 
 /** Runs cancel-forwarding.lua: the messages cannot be forwarded, and are delivered again. */
@@ -225,9 +223,7 @@ export async function cancelForwarding(
     [sub.config, sub.forwarding, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
     [call.wakeChannel, ...call.members],
   );
-  if (reply === REPLY_OK) return 'cancelled';
-  if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
-  throw unexpectedReply('cancel-forwarding', reply);
+  return okOrNoSubscription('cancel-forwarding', reply, 'cancelled');
 }
 
 /** Records that the subscription is in use (an open stream keeps it alive while no message flows). */
@@ -237,7 +233,12 @@ export async function touchSubscription(
   call: { time: ScriptTime },
 ): Promise<'touched' | 'no-subscription'> {
   const reply = await scripts.run('touch-subscription', [sub.config], [call.time]);
-  if (reply === REPLY_OK) return 'touched';
+  return okOrNoSubscription('touch-subscription', reply, 'touched');
+}
+
+/** A script's reply that is REPLY_OK (`ok`) or REPLY_NO_SUBSCRIPTION; anything else is a fault. */
+function okOrNoSubscription<Ok extends string>(script: ScriptName, reply: unknown, ok: Ok): Ok | 'no-subscription' {
+  if (reply === REPLY_OK) return ok;
   if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
-  throw unexpectedReply('touch-subscription', reply);
+  throw unexpectedReply(script, reply);
 }
