@@ -25,8 +25,6 @@ const agents = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent
 export interface PushTarget {
   subscription: string;
   config: PushConfig;
-  /** Put `deliveryAttempt` in the envelope (Pub/Sub does when a dead-letter policy exists). */
-  withDeliveryAttempt: boolean;
 }
 
 /** Headers a message's attributes may not set: they would change how the request is framed or routed. */
@@ -60,7 +58,8 @@ export function pushRequest(target: PushTarget, leased: LeasedMessage): { header
       publish_time: message.publishTime,
     },
     subscription: target.subscription,
-    ...(target.withDeliveryAttempt ? { deliveryAttempt: leased.delivery.generation } : {}),
+    // Set by the pull on subscriptions with a dead-letter policy, as Pub/Sub puts it in the envelope.
+    ...(leased.deliveryAttempt !== undefined ? { deliveryAttempt: leased.deliveryAttempt } : {}),
   };
   return { headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(envelope)) };
 }

@@ -37,10 +37,6 @@ export interface PushOptions {
 const RETRY_MS = 1_000;
 const HSCAN_COUNT = 500;
 
-/** The policies other parts of the broker define, read without depending on their shape. */
-const hasPolicy = (record: SubscriptionRecord, field: 'retryPolicy' | 'deadLetterPolicy') =>
-  (record as unknown as Record<string, unknown>)[field] !== undefined;
-
 export class PushService {
   private readonly pushers = new Map<string, Pusher>();
   private readonly stopping = new Set<Promise<void>>();
@@ -275,11 +271,7 @@ class Pusher {
   /** One request; true when the endpoint acknowledged the message. */
   private async pushOne(message: LeasedMessage, deadlineMs: number): Promise<boolean> {
     const record = this.record;
-    const target: PushTarget = {
-      subscription: record.name,
-      config: record.pushConfig!,
-      withDeliveryAttempt: hasPolicy(record, 'deadLetterPolicy'),
-    };
+    const target: PushTarget = { subscription: record.name, config: record.pushConfig! };
     // A request lasts at most until the lease runs out: after that another node may push the message.
     const timeoutMs = deadlineMs - Date.now();
     const acked =
@@ -293,7 +285,7 @@ class Pusher {
     } else {
       const backoffMs = this.window.failed();
       // With a retry policy its backoff decides when the message comes again; else push backoff does.
-      await this.giveBack([message], hasPolicy(record, 'retryPolicy') ? 0 : backoffMs / 1000);
+      await this.giveBack([message], record.retryPolicy !== undefined ? 0 : backoffMs / 1000);
     }
     this.finish(1);
     return acked;

@@ -133,3 +133,43 @@ t.test(
     t.equal(pushedText(endpoint.requests[1]), 'pulled');
   },
 );
+
+t.test('dead-letter policy: deliveryAttempt counts the pushes, the fifth failure forwards the message', async (t) => {
+  const broker = await startBroker(t, { name: 'push-dead-letter' });
+  const endpoint = await startEndpoint(t, () => 500);
+  t.equal((await broker.api('PUT', `${T}/dead`, {})).status, 200);
+  t.equal((await broker.api('PUT', `${S}/dead`, { topic: 'projects/p/topics/dead' })).status, 200);
+  await setUp(
+    t,
+    broker,
+    'doomed',
+    { pushEndpoint: endpoint.url },
+    { deadLetterPolicy: { deadLetterTopic: 'projects/p/topics/dead', maxDeliveryAttempts: 5 } },
+  );
+  const [id] = await publish(broker, 'doomed', ['doomed']);
+  let received: any[] = [];
+  const arrived = await waitUntil(async () => {
+    const reply = await broker.api('POST', `${S}/dead:pull`, { maxMessages: 10, returnImmediately: true });
+    received = reply.body.receivedMessages ?? [];
+    return received.length > 0;
+  }, 10_000);
+  t.ok(arrived, 'on the dead-letter topic');
+  t.equal(received.length, 1, 'once');
+  const forwarded = received[0].message;
+  t.equal(Buffer.from(forwarded.data, 'base64').toString(), 'doomed');
+  t.match(forwarded.attributes, {
+    CloudPubSubDeadLetterSourceSubscription: 'doomed',
+    CloudPubSubDeadLetterSourceDeliveryCount: '5',
+  });
+  t.same(
+    endpoint.requests.map((request) => request.json.deliveryAttempt),
+    [1, 2, 3, 4, 5],
+    'each push carries its attempt',
+  );
+  t.ok(
+    endpoint.requests.every((request) => request.json.message.messageId === id),
+    'the same message each time',
+  );
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  t.equal(endpoint.requests.length, 5, 'forwarded: not pushed again');
+});
