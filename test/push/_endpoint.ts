@@ -1,5 +1,6 @@
 // A push endpoint for tests: a node:http server on a free port that records every request and
-// answers as the test's `answer` decides (a status, or 'hang' to never answer).
+// answers as the test's `answer` decides (a status, 'hang' to never answer, or 'processing' to
+// answer 102 Processing and nothing after it).
 
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -12,7 +13,8 @@ export interface PushedRequest {
   receivedAt: number;
 }
 
-export type Answer = (request: PushedRequest, index: number) => number | 'hang' | Promise<number | 'hang'>;
+type Reply = number | 'hang' | 'processing';
+export type Answer = (request: PushedRequest, index: number) => Reply | Promise<Reply>;
 
 export interface Endpoint {
   url: string;
@@ -37,7 +39,8 @@ export async function startEndpoint(t: { teardown(fn: () => unknown): void }, an
       endpoint.requests.push(pushed);
       endpoint.open.add(pushed);
       const status = await endpoint.answer(pushed, endpoint.requests.length - 1);
-      if (status === 'hang') {
+      if (status === 'hang' || status === 'processing') {
+        if (status === 'processing') response.writeProcessing();
         hanging.add(response);
         response.on('close', () => endpoint.open.delete(pushed));
         return;

@@ -72,6 +72,17 @@ t.test('noWrapper with writeMetadata: raw data, attributes and metadata as heade
   t.notOk('tenant' in plain.requests[0].headers, 'no attributes without writeMetadata');
 });
 
+t.test('102 Processing acknowledges: the broker ends the request and pushes nothing again', async (t) => {
+  const broker = await startBroker(t, { name: 'push-processing' });
+  const endpoint = await startEndpoint(t, () => 'processing');
+  await setUp(t, broker, 'processing', { pushEndpoint: endpoint.url });
+  await publish(broker, 'processing', ['slow work']);
+  t.ok(await waitUntil(() => endpoint.requests.length === 1, 5000, 10), 'pushed');
+  t.ok(await waitUntil(() => endpoint.open.size === 0, 5000, 10), 'the request ended after the 102');
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  t.equal(endpoint.requests.length, 1, 'acked: not pushed again');
+});
+
 t.test('500s are nacks: pushed again after the backoff until a success acks', async (t) => {
   const broker = await startBroker(t, { name: 'push-fail' });
   const endpoint = await startEndpoint(t, (_request, index) => (index < 3 ? 500 : 200));
