@@ -24,6 +24,8 @@ export interface SubscriptionSpec {
   exactlyOnce?: boolean;
   ordered?: boolean;
   filter?: string;
+  deadLetterPolicy?: { deadLetterTopic: string; maxDeliveryAttempts: number };
+  retryPolicy?: { minimumBackoff: string; maximumBackoff: string };
 }
 
 /** A message as :pull (and streaming pull) returns it. */
@@ -49,6 +51,8 @@ export async function createTopic(
       ...(sub.exactlyOnce ? { enableExactlyOnceDelivery: true } : {}),
       ...(sub.ordered ? { enableMessageOrdering: true } : {}),
       ...(sub.filter ? { filter: sub.filter } : {}),
+      ...(sub.deadLetterPolicy ? { deadLetterPolicy: sub.deadLetterPolicy } : {}),
+      ...(sub.retryPolicy ? { retryPolicy: sub.retryPolicy } : {}),
     });
   }
 }

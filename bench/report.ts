@@ -60,6 +60,9 @@ export const KEYS = {
   publishFiltered: 'publish (10 filtered subs, a tenth each)',
   pull: 'pull+ack',
   pullEo: 'pull+ack (exactly-once)',
+  pullNoPolicies: 'pull+ack (no policies)',
+  pullPolicies: 'pull+ack (dead-letter + retry policy)',
+  push: 'push to a 204 endpoint, end-to-end',
   bullAdd: 'BullMQ addBulk',
   bullProcess: 'BullMQ Worker process',
   publishOrdered: 'publish (ordered)',
@@ -103,22 +106,35 @@ export function brokerUsPerMessage(results: BenchResults, key: string): number |
   return cpu && w ? (cpu.brokerCpuSeconds * 1e6) / w.messages : undefined;
 }
 
+/** What keepMedianRound ranks rounds by. */
+const ROUND_FIGURES = {
+  brokerUsPerMessage: { of: brokerUsPerMessage, digits: 1 },
+  msgPerSec: { of: (results: BenchResults, key: string) => rate(results, key), digits: 0 },
+} as const;
+
 /**
  * Of a workload measured in several rounds (`key`, then the phases `repeats`), keeps under `key`
- * the round with the median broker CPU per message, its throughput and CPU figures, and notes
- * every round's figure. The other rounds' results go; every round's phase stays in the CPU table.
+ * the round with the median `figure` (broker CPU per message unless told), its throughput and
+ * CPU figures, and notes every round's figure. The other rounds' results go; every round's phase
+ * stays in the CPU table.
  */
-export function keepMedianRound(results: BenchResults, key: string, repeats: string[]): void {
-  const rounds = [key, ...repeats].filter((phase) => brokerUsPerMessage(results, phase) !== undefined);
+export function keepMedianRound(
+  results: BenchResults,
+  key: string,
+  repeats: string[],
+  figure: keyof typeof ROUND_FIGURES = 'brokerUsPerMessage',
+): void {
+  const { of, digits } = ROUND_FIGURES[figure];
+  const rounds = [key, ...repeats].filter((phase) => of(results, phase) !== undefined);
   if (rounds.length === 0) return;
-  const byCpu = [...rounds].sort((a, b) => brokerUsPerMessage(results, a)! - brokerUsPerMessage(results, b)!);
-  const median = byCpu[Math.floor((byCpu.length - 1) / 2)];
-  const perRound = rounds.map((phase) => brokerUsPerMessage(results, phase)!.toFixed(1)).join(', ');
+  const ranked = [...rounds].sort((a, b) => of(results, a)! - of(results, b)!);
+  const median = ranked[Math.floor((ranked.length - 1) / 2)];
+  const perRound = rounds.map((phase) => of(results, phase)!.toFixed(digits)).join(', ');
   const kept = results.workloads[median];
   results.workloads[key] = {
     ...kept,
     workload: key,
-    notes: { ...kept.notes, brokerUsPerMessageByRound: perRound, keptRound: rounds.indexOf(median) + 1 },
+    notes: { ...kept.notes, [`${figure}ByRound`]: perRound, keptRound: rounds.indexOf(median) + 1 },
   };
   const first = results.cpu[key];
   results.cpu[key] = results.cpu[median];
@@ -147,6 +163,8 @@ const BARS = {
   grpcCpuShare: 1.5,
   filteredShare: 1,
   grpcReceive: 15_000,
+  policiesShare: 0.9,
+  push: 10_000,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -168,6 +186,7 @@ export function computeRatios(results: BenchResults): void {
     'streaming end-to-end / BullMQ end-to-end': ratio(rate(results, KEYS.streamE2e), rate(results, KEYS.bullE2e)),
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
+    'pull+ack with policies / without': ratio(rate(results, KEYS.pullPolicies), rate(results, KEYS.pullNoPolicies)),
     'filtered fan-out publish / fan-out publish': ratio(
       rate(results, KEYS.publishFiltered),
       rate(results, KEYS.publishFanout),
@@ -303,6 +322,15 @@ export function computeBars(results: BenchResults): void {
     '>= 1.00x',
     [KEYS.publishFiltered, KEYS.publishFanout],
   );
+  atLeast(
+    'pull+ack, dead-letter + retry policy vs none',
+    results.ratios['pull+ack with policies / without'],
+    BARS.policiesShare,
+    times,
+    '>= 0.90x',
+    [KEYS.pullPolicies, KEYS.pullNoPolicies],
+  );
+  atLeast('push delivery end-to-end', rate(results, KEYS.push), BARS.push, fmtRate, '>= 10,000 msg/s', [KEYS.push]);
   below(
     'broker CPU per streamed message, gRPC vs WebSocket',
     results.ratios['broker CPU per streamed message, gRPC / WebSocket'] ?? undefined,
@@ -365,6 +393,7 @@ export function renderReport(results: BenchResults): string {
     [KEYS.publishRegions]: fmtRatio(results.ratios['publish (2 regions) / publish (1 sub)'], 'single-region'),
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
     [KEYS.publishFiltered]: fmtRatio(results.ratios['filtered fan-out publish / fan-out publish'], 'unfiltered'),
+    [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
   };
   for (const [key, w] of Object.entries(results.workloads)) {
     const kinds = Object.entries(w.latency) as [string, LatencySummary][];
@@ -397,6 +426,9 @@ export function renderReport(results: BenchResults): string {
     KEYS.bullE2e,
     KEYS.publishRegions,
     KEYS.pullRegions,
+    KEYS.pullNoPolicies,
+    KEYS.pullPolicies,
+    KEYS.push,
     KEYS.clientReceiveGrpc,
     KEYS.clientReceiveGrpcOpen,
     KEYS.clientReceiveWs,

@@ -11,11 +11,13 @@ import {
   deleteTopic,
   memoryWorkload,
   OrderChecker,
+  PROJECT,
   publishWorkload,
   pullAckWorkload,
   type ThroughputResult,
 } from './broker-workloads.ts';
 import { messageOrigin } from '../src/broker/message-ids.ts';
+import { pushWorkload } from './push-workloads.ts';
 import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from './client-workloads.ts';
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
@@ -721,6 +723,69 @@ async function main(): Promise<void> {
       }
     };
 
+    /**
+     * Pull+ack on a subscription with a dead-letter and a retry policy against one without, both
+     * of one topic: every round publishes a backlog both get, then drains the two, in alternating
+     * order; each keeps its median round by throughput.
+     */
+    const policiesWorkload = async () => {
+      const topicId = 'bench-policies';
+      const deadLetterTopic = `${topicId}-dead-letters`;
+      const plain = `${topicId}-none`;
+      const withPolicies = `${topicId}-dead-letter-retry`;
+      await createTopic(client, deadLetterTopic, []);
+      await createTopic(client, topicId, [
+        { id: plain },
+        {
+          id: withPolicies,
+          deadLetterPolicy: {
+            deadLetterTopic: `projects/${PROJECT}/topics/${deadLetterTopic}`,
+            maxDeliveryAttempts: 5,
+          },
+          retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' },
+        },
+      ]);
+      const drains = [
+        { key: KEYS.pullNoPolicies, subscriptionId: plain },
+        { key: KEYS.pullPolicies, subscriptionId: withPolicies },
+      ];
+      const repeats = (key: string) =>
+        Array.from({ length: config.policiesRounds - 1 }, (_, i) => `${key} (round ${i + 2})`);
+      for (let round = 0; round < config.policiesRounds; round++) {
+        log(`policies round ${round + 1}: publishing ${messages} messages...`);
+        await publishWorkload({
+          workload: `policies round ${round + 1}`,
+          client,
+          topicId,
+          messages,
+          batch: config.publishBatch,
+          concurrency: c,
+          bodies,
+          timeoutMs: config.timeoutMs,
+        });
+        for (const { key, subscriptionId } of round % 2 === 0 ? drains : [...drains].reverse()) {
+          const phase = round === 0 ? key : repeats(key)[round - 1];
+          record(
+            phase,
+            await measure(phase, () =>
+              pullAckWorkload({
+                workload: phase,
+                client,
+                subscriptionId,
+                messages,
+                maxMessages: config.pullMax,
+                concurrency: c,
+                timeoutMs: config.timeoutMs,
+              }),
+            ),
+          );
+        }
+      }
+      for (const { key } of drains) keepMedianRound(results, key, repeats(key), 'msgPerSec');
+      await deleteTopic(client, topicId, [plain, withPolicies]);
+      await deleteTopic(client, deadLetterTopic, []);
+    };
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -832,6 +897,25 @@ async function main(): Promise<void> {
           subscriptions.map((sub) => sub.id),
         );
       }
+    }
+    if (runs('policies')) await policiesWorkload();
+    if (runs('push')) {
+      record(
+        KEYS.push,
+        await pushWorkload({
+          workload: KEYS.push,
+          client,
+          admin,
+          keyPrefix: KEY_PREFIX,
+          topicId: 'bench-push',
+          messages,
+          batch: config.publishBatch,
+          concurrency: c,
+          bodies,
+          timeoutMs: config.timeoutMs,
+          measure: (run) => measure(KEYS.push, run),
+        }),
+      );
     }
     if (runs('streaming')) {
       record(
