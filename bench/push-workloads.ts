@@ -10,7 +10,6 @@ import {
   createTopic,
   deleteTopic,
   PROJECT,
-  publishWorkload,
   subscriptionBacklog,
   subscriptionPath,
   type ThroughputResult,
@@ -72,10 +71,9 @@ export async function pushWorkload(options: {
   keyPrefix: string;
   topicId: string;
   messages: number;
-  batch: number;
-  concurrency: number;
-  bodies: Buffer[];
   timeoutMs: number;
+  /** Publishes the `messages` messages to the topic. */
+  publish: () => Promise<ThroughputResult>;
   /** Runs the measured part (the bench's CPU accounting wraps it). */
   measure: (run: () => Promise<ThroughputResult>) => Promise<ThroughputResult>;
 }): Promise<ThroughputResult> {
@@ -101,7 +99,7 @@ export async function pushWorkload(options: {
 
     const result = await options.measure(async () => {
       const started = performance.now();
-      const published = await publishWorkload({ ...options, workload: options.workload });
+      const published = await options.publish();
       await withTimeout(
         endpoint.received(options.messages),
         options.timeoutMs,

@@ -322,6 +322,24 @@ async function main(): Promise<void> {
     const roundToBatch = (count: number) =>
       Math.max(config.publishBatch, Math.ceil(count / config.publishBatch) * config.publishBatch);
     const messages = roundToBatch(n);
+    /** Publishes `count` messages of the standard bodies to `topicId`; `more` sets any other option. */
+    const publishMessages = (
+      workload: string,
+      topicId: string,
+      count = messages,
+      more: Partial<Parameters<typeof publishWorkload>[0]> = {},
+    ) =>
+      publishWorkload({
+        workload,
+        client,
+        topicId,
+        messages: count,
+        batch: config.publishBatch,
+        concurrency: c,
+        bodies,
+        timeoutMs: config.timeoutMs,
+        ...more,
+      });
 
     const publishAndDrain = async (
       topicId: string,
@@ -331,21 +349,7 @@ async function main(): Promise<void> {
       pullKey: string | undefined,
     ) => {
       await createTopic(client, topicId, [{ id: subscriptionId, exactlyOnce }]);
-      record(
-        publishKey,
-        await measure(publishKey, () =>
-          publishWorkload({
-            workload: publishKey,
-            client,
-            topicId,
-            messages,
-            batch: config.publishBatch,
-            concurrency: c,
-            bodies,
-            timeoutMs: config.timeoutMs,
-          }),
-        ),
-      );
+      record(publishKey, await measure(publishKey, () => publishMessages(publishKey, topicId)));
       if (!pullKey) return;
       record(
         pullKey,
@@ -381,15 +385,7 @@ async function main(): Promise<void> {
       // Round-robin: with fewer requests than keys, only the first keys get messages.
       const keysUsed = Math.min(K, count / config.publishBatch);
       const publish = () =>
-        publishWorkload({
-          workload: keys?.publish ?? 'warm-up (ordered)',
-          client,
-          topicId,
-          messages: count,
-          batch: config.publishBatch,
-          concurrency: c,
-          bodies,
-          timeoutMs: config.timeoutMs,
+        publishMessages(keys?.publish ?? 'warm-up (ordered)', topicId, count, {
           body: (i) => orderedBodies.body(i, i % K),
           orderingKeyOf: (i) => i % K,
           onPublished: (i, ids) => checker.record(orderedBodies.keyName(i % K), ids),
@@ -494,15 +490,8 @@ async function main(): Promise<void> {
           [...counts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([region, n]) => [`${what} ${region}`, n]),
         );
       const publish = () =>
-        publishWorkload({
-          workload: measured?.publish ?? 'warm-up (regions)',
+        publishMessages(measured?.publish ?? 'warm-up (regions)', topicId, count, {
           client: endpoints,
-          topicId,
-          messages: count,
-          batch: config.publishBatch,
-          concurrency: c,
-          bodies,
-          timeoutMs: config.timeoutMs,
           onPublished: (_, ids) => tally(stored, ids),
         });
       const pull = () =>
@@ -643,16 +632,7 @@ async function main(): Promise<void> {
         await createTopic(client, topicId, [{ id: topicId }]);
         const publish = () =>
           spec.publisher === 'raw'
-            ? publishWorkload({
-                workload: spec.publish ?? `${spec.receive} (backlog)`,
-                client,
-                topicId,
-                messages: count,
-                batch: config.publishBatch,
-                concurrency: c,
-                bodies,
-                timeoutMs: config.timeoutMs,
-              })
+            ? publishMessages(spec.publish ?? `${spec.receive} (backlog)`, topicId, count)
             : officialPublishWorkload({
                 workload: spec.publish ?? `${spec.receive} (backlog)`,
                 worker,
@@ -753,16 +733,7 @@ async function main(): Promise<void> {
         Array.from({ length: config.policiesRounds - 1 }, (_, i) => `${key} (round ${i + 2})`);
       for (let round = 0; round < config.policiesRounds; round++) {
         log(`policies round ${round + 1}: publishing ${messages} messages...`);
-        await publishWorkload({
-          workload: `policies round ${round + 1}`,
-          client,
-          topicId,
-          messages,
-          batch: config.publishBatch,
-          concurrency: c,
-          bodies,
-          timeoutMs: config.timeoutMs,
-        });
+        await publishMessages(`policies round ${round + 1}`, topicId);
         for (const { key, subscriptionId } of round % 2 === 0 ? drains : [...drains].reverse()) {
           const phase = round === 0 ? key : repeats(key)[round - 1];
           record(
@@ -792,16 +763,7 @@ async function main(): Promise<void> {
       log(`warm-up (${warm} messages)...`);
       brokerRss.phase('warm-up');
       await createTopic(client, 'warmup', [{ id: 'warmup' }, { id: 'warmup-eo', exactlyOnce: true }]);
-      await publishWorkload({
-        workload: 'warm-up',
-        client,
-        topicId: 'warmup',
-        messages: warm,
-        batch: config.publishBatch,
-        concurrency: c,
-        bodies,
-        timeoutMs: config.timeoutMs,
-      });
+      await publishMessages('warm-up', 'warmup', warm);
       for (const id of ['warmup', 'warmup-eo']) {
         await pullAckWorkload({
           workload: 'warm-up',
@@ -843,21 +805,7 @@ async function main(): Promise<void> {
     }
     if (runs('publish2')) {
       await createTopic(client, 'bench-2subs', [{ id: 'bench-2subs-a' }, { id: 'bench-2subs-b' }]);
-      record(
-        KEYS.publish2,
-        await measure(KEYS.publish2, () =>
-          publishWorkload({
-            workload: KEYS.publish2,
-            client,
-            topicId: 'bench-2subs',
-            messages,
-            batch: config.publishBatch,
-            concurrency: c,
-            bodies,
-            timeoutMs: config.timeoutMs,
-          }),
-        ),
-      );
+      record(KEYS.publish2, await measure(KEYS.publish2, () => publishMessages(KEYS.publish2, 'bench-2subs')));
       await deleteTopic(client, 'bench-2subs', ['bench-2subs-a', 'bench-2subs-b']);
     }
     if (runs('filters')) {
@@ -876,21 +824,7 @@ async function main(): Promise<void> {
           ...(filtered ? { filter: `attributes.tenant = "${tenant}"` } : {}),
         }));
         await createTopic(client, topicId, subscriptions);
-        record(
-          key,
-          await measure(key, () =>
-            publishWorkload({
-              workload: key,
-              client,
-              topicId,
-              messages,
-              batch: config.publishBatch,
-              concurrency: c,
-              bodies: tenantBodies,
-              timeoutMs: config.timeoutMs,
-            }),
-          ),
-        );
+        record(key, await measure(key, () => publishMessages(key, topicId, messages, { bodies: tenantBodies })));
         await deleteTopic(
           client,
           topicId,
@@ -909,10 +843,8 @@ async function main(): Promise<void> {
           keyPrefix: KEY_PREFIX,
           topicId: 'bench-push',
           messages,
-          batch: config.publishBatch,
-          concurrency: c,
-          bodies,
           timeoutMs: config.timeoutMs,
+          publish: () => publishMessages(KEYS.push, 'bench-push'),
           measure: (run) => measure(KEYS.push, run),
         }),
       );
