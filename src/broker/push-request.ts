@@ -31,6 +31,14 @@ const dispatcher = new Agent({ connections: CONNECTIONS_PER_ORIGIN, keepAliveTim
 export interface PushTarget {
   subscription: string;
   config: PushConfig;
+  /** The endpoint's origin and path, parsed once per subscription version rather than per push. */
+  origin: string;
+  path: string;
+}
+
+export function pushTarget(subscription: string, config: PushConfig): PushTarget {
+  const url = new URL(config.pushEndpoint);
+  return { subscription, config, origin: url.origin, path: `${url.pathname}${url.search}` };
 }
 
 /** Headers a message's attributes may not set: they would change how the request is framed or routed. */
@@ -89,22 +97,11 @@ function validHeader(name: string, value: string): boolean {
 /** POSTs the message; true when the endpoint acknowledged it before `signal` ended the request. */
 export function push(target: PushTarget, leased: LeasedMessage, signal: AbortSignal): Promise<boolean> {
   const { headers, body } = pushRequest(target, leased);
-  const { origin, path } = parsedEndpoint(target.config.pushEndpoint);
+  const { origin, path } = target;
   return new Promise((resolve) => {
     if (signal.aborted) return resolve(false);
     dispatcher.dispatch({ origin, path, method: 'POST', headers, body }, new PushAnswer(signal, resolve));
   });
-}
-
-/** The last endpoint parsed: a busy subscription pushes to one endpoint many times in a row. */
-let lastEndpoint = { url: '', origin: '', path: '' };
-
-function parsedEndpoint(endpoint: string): { origin: string; path: string } {
-  if (lastEndpoint.url !== endpoint) {
-    const url = new URL(endpoint);
-    lastEndpoint = { url: endpoint, origin: url.origin, path: `${url.pathname}${url.search}` };
-  }
-  return lastEndpoint;
 }
 
 /** Reads the answer to one push: its status decides, its body is dropped unread. */
@@ -112,7 +109,7 @@ class PushAnswer implements Dispatcher.DispatchHandler {
   private controller?: Dispatcher.DispatchController;
   private acked = false;
   private done = false;
-  private readonly end = () => this.controller?.abort(signalReason(this.signal));
+  private readonly end = () => this.controller?.abort(this.signal.reason);
 
   constructor(
     private readonly signal: AbortSignal,
@@ -150,6 +147,3 @@ class PushAnswer implements Dispatcher.DispatchHandler {
     this.resolve(acked);
   }
 }
-
-const signalReason = (signal: AbortSignal) =>
-  signal.reason instanceof Error ? signal.reason : new Error('the push request was ended');

@@ -1,7 +1,7 @@
 import type { DeliveryService } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import { type PushHosts, pushHostAllowed } from './push-config.ts';
-import { push, type PushTarget } from './push-request.ts';
+import { push, type PushTarget, pushTarget } from './push-request.ts';
 import { PushWindow } from './push-window.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
@@ -163,6 +163,8 @@ export class PushService {
 /** Pushes one subscription: leases within its window, POSTs, acknowledges or gives back. */
 class Pusher {
   private record: SubscriptionRecord;
+  /** Where the record's push config sends its requests. */
+  private target: PushTarget;
   private readonly window = new PushWindow();
   /** Leased and not yet acknowledged or given back: requests under way and ordered messages waiting their turn. */
   private outstanding = 0;
@@ -181,6 +183,7 @@ class Pusher {
     private readonly log: (message: string) => void,
   ) {
     this.record = record;
+    this.target = pushTarget(record.name, record.pushConfig!);
     this.loop = this.run();
   }
 
@@ -190,7 +193,9 @@ class Pusher {
 
   /** A newer version of the record (another endpoint, ack deadline, ...): later requests follow it. */
   update(record: SubscriptionRecord): void {
-    if (record.version > this.record.version) this.record = record;
+    if (record.version <= this.record.version) return;
+    this.record = record;
+    this.target = pushTarget(record.name, record.pushConfig!);
   }
 
   async stop(waitMs: number): Promise<void> {
@@ -249,7 +254,11 @@ class Pusher {
     for (const message of received) {
       const key = message.message.orderingKey;
       if (key === undefined) this.track(this.pushOne(message, batch).then(() => {}));
-      else byKey.set(key, [...(byKey.get(key) ?? []), message]);
+      else {
+        const messages = byKey.get(key);
+        if (messages) messages.push(message);
+        else byKey.set(key, [message]);
+      }
     }
     for (const messages of byKey.values()) this.track(this.pushInOrder(messages, batch));
   }
@@ -273,8 +282,7 @@ class Pusher {
 
   /** One request; true when the endpoint acknowledged the message. */
   private async pushOne(message: LeasedMessage, batch: LeaseBatch): Promise<boolean> {
-    const record = this.record;
-    const target: PushTarget = { subscription: record.name, config: record.pushConfig! };
+    const { record, target } = this;
     const acked = !batch.signal.aborted && (await push(target, message, batch.signal));
     batch.done(1);
     if (acked) {
