@@ -1,5 +1,5 @@
 import { ApiError, failedPrecondition } from '../errors.ts';
-import type { AckIdCodec } from './ack-id.ts';
+import type { AckIdCodec, Delivery } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
 import { DeadLetters } from './dead-letters.ts';
@@ -137,11 +137,20 @@ export class DeliveryService {
   }
 
   /**
-   * Gives back leases that never reached a client (settlement.ts). Nobody holds them, so no
-   * stream hears of it.
+   * Settles leases this process holds itself, by delivery (settlement.ts, acknowledgeLeased):
+   * no client has their ack IDs, so no stream hears of it.
    */
-  releaseDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settlement.releaseDeliveries(record, ackIds);
+  acknowledgeLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
+    return this.settlement.acknowledgeLeased(record, deliveries);
+  }
+
+  modifyLeased(record: SubscriptionRecord, deliveries: readonly Delivery[], seconds: number): Promise<void> {
+    return this.settlement.modifyLeased(record, deliveries, seconds);
+  }
+
+  /** Gives back leases that never reached a client: no delivery attempt counts. */
+  releaseLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
+    return this.settlement.releaseLeased(record, deliveries);
   }
 
   /**

@@ -165,13 +165,13 @@ export class Puller {
    * A remote pull given up on may still lease messages when its answer comes: nobody got them,
    * so they are given back at once instead of waiting for their leases to run out.
    */
-  private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: ReceivedMessage[] }>): void {
+  private releaseLate(record: SubscriptionRecord, pulling: Promise<{ received: LeasedMessage[] }>): void {
     pulling
       .then(({ received }) =>
         received.length > 0
-          ? this.settlement.releaseDeliveries(
+          ? this.settlement.releaseLeased(
               record,
-              received.map((m) => m.ackId),
+              received.map((m) => m.delivery),
             )
           : undefined,
       )

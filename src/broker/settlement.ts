@@ -77,11 +77,31 @@ export class Settlement {
   }
 
   /**
-   * Gives back leases that never reached a client (a pull answered to nobody, a stream's lease
-   * over its budget): available again at once, and no delivery attempt of the message.
+   * Leases this process made and still holds itself (what a pusher leased, a pull nobody
+   * received, a stream's lease over its budget) are settled by their deliveries: no ack ID was
+   * handed out, so there is none to seal and decode, and no stream to tell. A region that
+   * cannot be reached fails the call after the others are applied.
    */
-  releaseDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, (region, members) => this.modifyMembers(region, record, members, 0, true));
+  acknowledgeLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
+    return this.settleLeased(record, deliveries, (region, members) => this.acknowledgeMembers(region, record, members));
+  }
+
+  /** New deadlines (0 = nack) for leases this process holds (see acknowledgeLeased). */
+  modifyLeased(record: SubscriptionRecord, deliveries: readonly Delivery[], seconds: number): Promise<void> {
+    return this.settleLeased(record, deliveries, (region, members) =>
+      this.modifyMembers(region, record, members, seconds),
+    );
+  }
+
+  /**
+   * Gives back leases that never reached a client (a pull answered to nobody, a stream's lease
+   * over its budget, a push never sent): available again at once, and no delivery attempt of
+   * the message.
+   */
+  releaseLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
+    return this.settleLeased(record, deliveries, (region, members) =>
+      this.modifyMembers(region, record, members, 0, true),
+    );
   }
 
   private modifyMembers(
@@ -132,18 +152,13 @@ export class Settlement {
       const members = [...new Set(memberOf.values())];
       let settled: SettleResult;
       try {
-        if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
-        settled = await apply(region, members);
+        settled = await this.applyIn(region, members, apply);
       } catch (error) {
         if (!exactlyOnce) regionFailure ??= error;
         else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
         continue;
       }
-      let results: DeliveryOutcome[];
-      if (settled.kind === 'no-subscription') {
-        if (region === this.regions.local || !this.regions.multiRegion) throw notFound(resourceId(record.name));
-        results = members.map((): DeliveryOutcome => 'gone');
-      } else results = settled.outcomes;
+      const results = this.outcomes(region, record, members, settled);
       const resultOf = new Map(members.map((member, i) => [member, results[i]]));
       for (const [ackId, member] of memberOf) {
         const result = resultOf.get(member);
@@ -154,6 +169,55 @@ export class Settlement {
     }
     if (regionFailure) throw regionFailure;
     return outcome;
+  }
+
+  /** Settles leases this process holds (see acknowledgeLeased), one script per region. */
+  private async settleLeased(
+    record: SubscriptionRecord,
+    deliveries: readonly Delivery[],
+    apply: (region: Region, members: string[]) => Promise<SettleResult>,
+  ): Promise<void> {
+    const byRegion = new Map<Region, Set<string>>();
+    for (const delivery of deliveries) {
+      const region = this.regions.byName(delivery.region);
+      if (!region) continue; // a region no longer configured: the lease runs out there
+      byRegion.set(region, (byRegion.get(region) ?? new Set<string>()).add(leaseMember(delivery)));
+    }
+    let regionFailure: unknown;
+    for (const [region, memberSet] of byRegion) {
+      const members = [...memberSet];
+      try {
+        this.outcomes(region, record, members, await this.applyIn(region, members, apply));
+      } catch (error) {
+        regionFailure ??= error;
+      }
+    }
+    if (regionFailure) throw regionFailure;
+  }
+
+  private applyIn(
+    region: Region,
+    members: string[],
+    apply: (region: Region, members: string[]) => Promise<SettleResult>,
+  ): Promise<SettleResult> {
+    if (!region.usable)
+      return Promise.reject(unavailable(`The message store of region ${region.name} cannot be reached.`));
+    return apply(region, members);
+  }
+
+  /**
+   * What a script did to each member. The subscription missing from this region is NOT_FOUND;
+   * missing from a remote region only (its topic deleted there first), the leases are gone.
+   */
+  private outcomes(
+    region: Region,
+    record: SubscriptionRecord,
+    members: string[],
+    settled: SettleResult,
+  ): DeliveryOutcome[] {
+    if (settled.kind !== 'no-subscription') return settled.outcomes;
+    if (region === this.regions.local || !this.regions.multiRegion) throw notFound(resourceId(record.name));
+    return members.map((): DeliveryOutcome => 'gone');
   }
 }
 

@@ -358,9 +358,9 @@ export class StreamingSession {
           // Leased but not handed to the client (over the byte budget, or the stream closed
           // meanwhile): give them back at once instead of leaving them leased until the deadline.
           if (undelivered.length > 0)
-            await this.delivery.releaseDeliveries(
+            await this.delivery.releaseLeased(
               this.record!,
-              undelivered.map((m) => m.ackId),
+              undelivered.map((m) => m.delivery),
             );
           continue;
         }
