@@ -94,13 +94,43 @@ function validHeader(name: string, value: string): boolean {
   }
 }
 
-/** POSTs the message; true when the endpoint acknowledged it before `signal` ended the request. */
-export function push(target: PushTarget, leased: LeasedMessage, signal: AbortSignal): Promise<boolean> {
+/**
+ * Requests that end together (those of one leased batch, see push.ts). Each open request
+ * registers its end here: a plain set, where an abort signal warns beyond ten listeners and
+ * walks its list at every add and remove.
+ */
+export class RequestGroup {
+  private readonly open = new Set<() => void>();
+  private isEnded = false;
+
+  get ended(): boolean {
+    return this.isEnded;
+  }
+
+  /** Ends every open request of the group, and any started later at once. */
+  end(): void {
+    this.isEnded = true;
+    for (const endRequest of this.open) endRequest();
+    this.open.clear();
+  }
+
+  add(endRequest: () => void): void {
+    if (this.isEnded) endRequest();
+    else this.open.add(endRequest);
+  }
+
+  delete(endRequest: () => void): void {
+    this.open.delete(endRequest);
+  }
+}
+
+/** POSTs the message; true when the endpoint acknowledged it before its group ended the request. */
+export function push(target: PushTarget, leased: LeasedMessage, group: RequestGroup): Promise<boolean> {
   const { headers, body } = pushRequest(target, leased);
   const { origin, path } = target;
   return new Promise((resolve) => {
-    if (signal.aborted) return resolve(false);
-    dispatcher.dispatch({ origin, path, method: 'POST', headers, body }, new PushAnswer(signal, resolve));
+    if (group.ended) return resolve(false);
+    dispatcher.dispatch({ origin, path, method: 'POST', headers, body }, new PushAnswer(group, resolve));
   });
 }
 
@@ -109,17 +139,16 @@ class PushAnswer implements Dispatcher.DispatchHandler {
   private controller?: Dispatcher.DispatchController;
   private acked = false;
   private done = false;
-  private readonly end = () => this.controller?.abort(this.signal.reason);
+  private readonly end = () => this.controller?.abort(new Error('the push request was ended'));
 
   constructor(
-    private readonly signal: AbortSignal,
+    private readonly group: RequestGroup,
     private readonly resolve: (acked: boolean) => void,
   ) {}
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
-    if (this.signal.aborted) this.end();
-    else this.signal.addEventListener('abort', this.end, { once: true });
+    this.group.add(this.end);
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number): void {
@@ -143,7 +172,7 @@ class PushAnswer implements Dispatcher.DispatchHandler {
   private finish(acked: boolean): void {
     if (this.done) return;
     this.done = true;
-    this.signal.removeEventListener('abort', this.end);
+    this.group.delete(this.end);
     this.resolve(acked);
   }
 }

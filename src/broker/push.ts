@@ -1,7 +1,10 @@
 import type { DeliveryService } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import { type PushHosts, pushHostAllowed } from './push-config.ts';
-import { push, type PushTarget, pushTarget } from './push-request.ts';
+import { ApiError } from '../errors.ts';
+import { withTimeout } from '../timeout.ts';
+import type { Delivery } from './ack-id.ts';
+import { push, type PushTarget, pushTarget, RequestGroup } from './push-request.ts';
 import { PushWindow } from './push-window.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
@@ -35,6 +38,8 @@ export interface PushOptions {
 
 /** After a failed Redis call, a pusher tries again this much later (never a tight loop). */
 const RETRY_MS = 1_000;
+/** A pusher with nothing to push looks again at least this often, woken or not. */
+const LOOK_AGAIN_MS = 30_000;
 const HSCAN_COUNT = 500;
 
 export class PushService {
@@ -117,7 +122,12 @@ export class PushService {
 
   private async list(): Promise<void> {
     const region = this.regions.local;
-    if (!region.usable) return;
+    if (!region.usable) {
+      // Its storage not checked or not synced yet (starting, reconnecting): look again shortly,
+      // rather than wait for the next periodic listing.
+      setTimeout(() => this.requestListing(), RETRY_MS).unref();
+      return;
+    }
     const { redis, keys } = region.ctx;
     const found = new Map<string, SubscriptionRecord>();
     let cursor = '0';
@@ -169,12 +179,18 @@ class Pusher {
   /** Leased and not yet acknowledged or given back: requests under way and ordered messages waiting their turn. */
   private outstanding = 0;
   private readonly tasks = new Set<Promise<void>>();
-  private readonly pendingAcks: string[] = [];
+  private readonly pendingAcks: Delivery[] = [];
   private flushing?: Promise<void>;
+  /** No more leasing: stopping was asked for. */
   private stopped = false;
-  /** Ends the requests still under way when stopping has waited long enough. */
-  private readonly abort = new AbortController();
+  /** Stopping has waited long enough: the requests still under way are ended. */
+  private ending = false;
+  /** The batches whose requests are not all done, for stopping to end them. */
+  private readonly batches = new Set<LeaseBatch>();
   private readonly nap = new Nap();
+  /** The wake-up of the subscription's topic; armed again only after it fired (see armed). */
+  private waiter?: Waiter;
+  private waiterFired = false;
   private readonly loop: Promise<void>;
 
   constructor(
@@ -196,17 +212,18 @@ class Pusher {
     if (record.version <= this.record.version) return;
     this.record = record;
     this.target = pushTarget(record.name, record.pushConfig!);
+    this.nap.nudge();
   }
 
   async stop(waitMs: number): Promise<void> {
     this.stopped = true;
     this.nap.nudge();
     await this.loop;
+    this.waiter?.cancel();
     const settled = Promise.all(this.tasks);
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([settled, new Promise((resolve) => (timer = setTimeout(resolve, waitMs)))]);
-    clearTimeout(timer);
-    this.abort.abort();
+    await withTimeout(settled, waitMs).catch(() => {});
+    this.ending = true;
+    for (const batch of this.batches) batch.end();
     await settled;
     await this.flushing;
   }
@@ -219,33 +236,57 @@ class Pusher {
         await this.nap.sleep(this.window.pauseLeftMs() || undefined);
         continue;
       }
-      let waiter: Waiter | undefined;
       try {
-        // Armed before looking, so that a publish between the look and the sleep is not missed.
-        waiter = await this.delivery.armWaiter(this.record);
+        const waiter = await this.armed();
         if (this.stopped) break;
         const leasedAtMs = Date.now();
         const { received, nextDueUs } = await this.delivery.pullOnce(this.record, room);
+        if (this.stopped) {
+          // Leased as stopping began: nobody will push these.
+          if (received.length > 0) await this.release(received);
+          break;
+        }
         if (received.length > 0) {
           this.dispatch(received, leasedAtMs + this.record.ackDeadlineSeconds * 1000);
           continue;
         }
-        // Nothing available: sleep until a publish or nack wakes the topic, or a lease runs out.
-        await this.nap.sleep(nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1, waiter.woken);
+        // Nothing available: sleep until a publish or nack wakes the topic, or a lease runs out,
+        // and look again now and then anyway (a wake-up published while this node reconnected
+        // to Redis is lost).
+        const dueMs =
+          nextDueUs === undefined ? LOOK_AGAIN_MS : Math.min(LOOK_AGAIN_MS, Math.ceil(nextDueUs / 1000) + 1);
+        await this.nap.sleep(dueMs, waiter.woken);
       } catch (error) {
-        // Redis away, or the subscription deleted (the next listing stops this pusher).
-        this.log(`push delivery of ${this.record.name} failed: ${(error as Error).message}`);
+        // Redis away, or the subscription deleted: the listing its deletion announced stops this pusher.
+        const deleted = error instanceof ApiError && error.status === 'NOT_FOUND';
+        if (!deleted) this.log(`push delivery of ${this.record.name} failed: ${(error as Error).message}`);
         await this.nap.sleep(RETRY_MS);
-      } finally {
-        waiter?.cancel();
       }
     }
+  }
+
+  /**
+   * The topic's wake-up, armed before looking so that a publish between the look and the sleep
+   * is not missed. One that has not fired yet serves the next look too; a fired one is armed
+   * again, the new before the old is cancelled, so the channel stays subscribed.
+   */
+  private async armed(): Promise<Waiter> {
+    if (this.waiter && !this.waiterFired) return this.waiter;
+    const next = await this.delivery.armWaiter(this.record);
+    this.waiter?.cancel();
+    this.waiter = next;
+    this.waiterFired = false;
+    void next.woken.then(() => {
+      if (this.waiter === next) this.waiterFired = true;
+    });
+    return next;
   }
 
   /** Starts the requests: each message at once, or one key's messages one after another. */
   private dispatch(received: LeasedMessage[], deadlineMs: number): void {
     this.outstanding += received.length;
-    const batch = new LeaseBatch(received.length, deadlineMs, this.abort.signal);
+    const batch = new LeaseBatch(received.length, deadlineMs, (done) => this.batches.delete(done));
+    this.batches.add(batch);
     if (!this.record.enableMessageOrdering) {
       for (const message of received) this.track(this.pushOne(message, batch).then(() => {}));
       return;
@@ -265,16 +306,22 @@ class Pusher {
 
   private async pushInOrder(messages: LeasedMessage[], batch: LeaseBatch): Promise<void> {
     for (let i = 0; i < messages.length; i++) {
+      const rest = messages.length - i;
       if (this.stopped && i > 0) {
-        // Stopping: the rest go back at once, the first of them taking its successors along (the ordering cascade).
-        await this.giveBack(messages.slice(i), 0);
-        batch.done(messages.length - i);
+        // Stopping: the rest were never sent and go back at once, the first of them taking its
+        // successors along (the ordering cascade).
+        try {
+          await this.release(messages.slice(i));
+        } finally {
+          batch.done(rest);
+          this.finish(rest);
+        }
         return;
       }
       if (!(await this.pushOne(messages[i], batch))) {
         // The later ones come back with it (the ordering cascade), when its backoff or nack ends its lease.
-        this.finish(messages.length - i - 1);
-        batch.done(messages.length - i - 1);
+        batch.done(rest - 1);
+        this.finish(rest - 1);
         return;
       }
     }
@@ -282,26 +329,33 @@ class Pusher {
 
   /** One request; true when the endpoint acknowledged the message. */
   private async pushOne(message: LeasedMessage, batch: LeaseBatch): Promise<boolean> {
-    const { record, target } = this;
-    const acked = !batch.signal.aborted && (await push(target, message, batch.signal));
-    batch.done(1);
-    if (acked) {
-      this.window.succeeded();
-      this.acknowledge(message.ackId);
-    } else if (this.abort.signal.aborted) {
-      await this.giveBack([message], 0);
-    } else {
-      const backoffMs = this.window.failed();
-      // With a retry policy its backoff decides when the message comes again; else push backoff does.
-      await this.giveBack([message], record.retryPolicy !== undefined ? 0 : backoffMs / 1000);
+    try {
+      if (batch.ended) {
+        // Never sent. Stopping: it goes back. Else its lease ran out: it is available again already.
+        if (this.ending) await this.release([message]);
+        return false;
+      }
+      const acked = await push(this.target, message, batch);
+      if (acked) {
+        this.window.succeeded();
+        this.acknowledge(message.delivery);
+      } else if (this.ending) {
+        await this.giveBack([message], 0);
+      } else {
+        const backoffMs = this.window.failed();
+        // With a retry policy its backoff decides when the message comes again; else push backoff does.
+        await this.giveBack([message], this.record.retryPolicy !== undefined ? 0 : backoffMs / 1000);
+      }
+      return acked;
+    } finally {
+      batch.done(1);
+      this.finish(1);
     }
-    this.finish(1);
-    return acked;
   }
 
   /** Acks are sent in batches: those that come while one is sent go in the next. */
-  private acknowledge(ackId: string): void {
-    this.pendingAcks.push(ackId);
+  private acknowledge(delivery: Delivery): void {
+    this.pendingAcks.push(delivery);
     this.flushing ??= this.flushAcks();
   }
 
@@ -309,7 +363,7 @@ class Pusher {
     while (this.pendingAcks.length > 0) {
       const batch = this.pendingAcks.splice(0, 1000);
       try {
-        await this.delivery.acknowledgeDeliveries(this.record, batch);
+        await this.delivery.acknowledgeLeased(this.record, batch);
       } catch (error) {
         // Not lost: the messages are pushed again when their leases run out.
         this.log(`acknowledging pushed messages of ${this.record.name} failed: ${(error as Error).message}`);
@@ -318,17 +372,30 @@ class Pusher {
     this.flushing = undefined;
   }
 
-  /** The messages' leases end `seconds` from now (0: available at once). */
+  /** The messages' leases end `seconds` from now (0: at once, a failed delivery attempt). */
   private async giveBack(messages: LeasedMessage[], seconds: number): Promise<void> {
     try {
-      await this.delivery.modifyDeliveries(
+      await this.delivery.modifyLeased(
         this.record,
-        messages.map((message) => message.ackId),
+        messages.map((message) => message.delivery),
         seconds,
       );
     } catch (error) {
       // Their leases run out by themselves.
       this.log(`giving back pushed messages of ${this.record.name} failed: ${(error as Error).message}`);
+    }
+  }
+
+  /** Messages never sent go back at once, with no delivery attempt counted. */
+  private async release(messages: LeasedMessage[]): Promise<void> {
+    try {
+      await this.delivery.releaseLeased(
+        this.record,
+        messages.map((message) => message.delivery),
+      );
+    } catch (error) {
+      // Their leases run out by themselves.
+      this.log(`giving back unsent messages of ${this.record.name} failed: ${(error as Error).message}`);
     }
   }
 
@@ -347,29 +414,22 @@ class Pusher {
 
 /**
  * The requests of the messages one pull leased: they end when the leases run out (after that
- * another node may push the messages) or when stopping has waited long enough. One timer and
- * one signal per batch: a timeout signal combined with the stop signal for every request cost
- * a push about as much CPU as writing it to its socket.
+ * another node may push the messages) or when stopping has waited long enough. One timer per
+ * batch, not per request: a timeout signal combined with a stop signal for every request cost a
+ * push about as much CPU as writing it to its socket.
  */
-class LeaseBatch {
-  private readonly controller = new AbortController();
+class LeaseBatch extends RequestGroup {
   private readonly timer: NodeJS.Timeout;
-  private readonly end = () => this.controller.abort();
   private left: number;
 
   constructor(
     count: number,
     deadlineMs: number,
-    private readonly stopping: AbortSignal,
+    private readonly onDone: (batch: LeaseBatch) => void,
   ) {
+    super();
     this.left = count;
-    this.timer = setTimeout(this.end, Math.max(0, deadlineMs - Date.now()));
-    if (stopping.aborted) this.end();
-    else stopping.addEventListener('abort', this.end, { once: true });
-  }
-
-  get signal(): AbortSignal {
-    return this.controller.signal;
+    this.timer = setTimeout(() => this.end(), Math.max(0, deadlineMs - Date.now()));
   }
 
   /** `count` messages of the batch are done with: no request of theirs is under way or to come. */
@@ -377,7 +437,7 @@ class LeaseBatch {
     this.left -= count;
     if (this.left > 0) return;
     clearTimeout(this.timer);
-    this.stopping.removeEventListener('abort', this.end);
+    this.onDone(this);
   }
 }
 
