@@ -2,7 +2,7 @@ import { ApiError } from '../errors.ts';
 import { cancelForwarding, type Forward, finishForwarding } from '../redis/calls/delivery.ts';
 import { formatTimestampUs } from './durations.ts';
 import { unpackMessage } from './message-codec.ts';
-import { parseResourceName } from './names.ts';
+import { parseResourceName, type ResourceName } from './names.ts';
 import type { Publisher } from './publish.ts';
 import type { PubsubMessage } from './publish-request.ts';
 import type { SubscriptionRecord, TopicRecord } from './records.ts';
@@ -65,6 +65,8 @@ export class DeadLetters {
       await cancelForwarding(ctx.scripts, sub, { wakeChannel, members: forwards.map(member) });
       return;
     }
+    const target = deadLetterRegion(this.regions, topic, region);
+    const source = parseResourceName('subscriptions', record.name);
     const outcomes = await Promise.allSettled(
       forwards.map(async (forward, i): Promise<'done' | 'cancelled'> => {
         const stored = bodies[i] && unpackMessage(bodies[i]);
@@ -73,10 +75,9 @@ export class DeadLetters {
         if (!stored || stored.publishTimeUs < oldestKeptUs) return 'done';
         const message: PubsubMessage = {
           data: stored.data,
-          attributes: { ...stored.attributes, ...sourceAttributes(record, forward, stored.publishTimeUs) },
+          attributes: { ...stored.attributes, ...sourceAttributes(source, forward, stored.publishTimeUs) },
           orderingKey: stored.orderingKey,
         };
-        const target = deadLetterRegion(this.regions, topic, region);
         const forwardId = `${record.uid}/${region.name}/${forward.seq}`;
         if (await this.publisher.forward(topic, target, message, forwardId)) return 'done';
         this.topicsSeen.delete(topic.name);
@@ -112,8 +113,7 @@ export class DeadLetters {
 const member = (forward: Forward) => `${forward.seq}:${forward.generation}`;
 
 /** The attributes Pub/Sub adds to a dead-lettered message. */
-function sourceAttributes(record: SubscriptionRecord, forward: Forward, publishTimeUs: number) {
-  const { project, id } = parseResourceName('subscriptions', record.name);
+function sourceAttributes({ project, id }: ResourceName, forward: Forward, publishTimeUs: number) {
   return {
     CloudPubSubDeadLetterSourceDeliveryCount: String(forward.deliveryAttempts),
     CloudPubSubDeadLetterSourceSubscription: id,

@@ -7,7 +7,7 @@
   KEYS[4]    body reference counts
   KEYS[5]    ready list (a key whose last outstanding message is acked goes back here)
   KEYS[6]    keyed ZSET
-  KEYS[7]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key")
+  KEYS[7]    keyed deliveries (HASH seq -> keyed delivery "gen|state|key", see split_keyed_delivery in prelude.lua)
   KEYS[8]    key states (HASH key -> "q" | outstanding count)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    wake channel (published to when a key becomes deliverable again)

@@ -10,7 +10,8 @@
   ARGV[2]    subscription uid
   ARGV[3]    '1' if the subscription orders by key, else '0'; then its filter, if any
   ARGV[4]    version of the subscription record these settings come from
-  ARGV[5..]  config field/value pairs (ackDeadlineUs, retentionUs, exactlyOnce, ordered)
+  ARGV[5..]  config field/value pairs (ackDeadlineUs, retentionUs, exactlyOnce, ordered,
+             minBackoffUs, maxBackoffUs, maxDeliveryAttempts; '' for a policy not set)
   Returns    REPLY_OK attached; REPLY_TOPIC_DELETED the topic incarnation was deleted
   Invariant: attachVersion changes whenever the attached set changes, so a publish that read an
              older set is refused and retried (publish never misses an attached subscription);

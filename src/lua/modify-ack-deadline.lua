@@ -10,7 +10,8 @@
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[3]    ready list
   KEYS[4]    keyed ZSET (empty without ordering)
-  KEYS[5]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key"; empty without ordering)
+  KEYS[5]    keyed deliveries (HASH seq -> keyed delivery "gen|state|key", see split_keyed_delivery in prelude.lua; empty
+             without ordering)
   KEYS[6]    key states (HASH key -> "q" | outstanding count; empty without ordering)
   KEYS[7]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
   ARGV[1]    time override in microseconds, or ''

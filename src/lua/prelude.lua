@@ -165,9 +165,10 @@ local function key_range(key)
 end
 
 -- A keyed delivery is "<gen>|o|<key>" (outstanding), "<gen>|w|<key>" (waiting to be delivered
--- again) or "<gen>|f|<key>" (handed over to forward to the dead-letter topic), where <gen> may go on with "/<uncounted>" and "/<uncounted>/<due>": uncounted is how
--- many of its deliveries were cut short by the cascade of an earlier message (they are no
--- delivery attempts of its own), due when a waiting one's retry backoff ends (µs).
+-- again) or "<gen>|f|<key>" (handed over to forward to the dead-letter topic), where <gen> may
+-- go on with "/<uncounted>" and "/<uncounted>/<due>": uncounted is how many of its deliveries
+-- were cut short by the cascade of an earlier message (they are no delivery attempts of its
+-- own), due when a waiting one's retry backoff ends (µs).
 -- -> gen, state, key, uncounted, due (nil: none)
 local function split_keyed_delivery(info)
   local first = string.find(info, '|', 1, true)

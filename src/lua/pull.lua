@@ -183,7 +183,10 @@ end
 local backed_off = redis.call('ZRANGEBYSCORE', keys.delayed, '-inf', now, 'LIMIT', 0, remaining)
 if #backed_off > 0 then
   redis.call('ZREM', keys.delayed, unpack(backed_off))
-  for i = #backed_off, 1, -1 do redis.call('LPUSH', ready_key, backed_off[i]) end
+  -- LPUSH puts its last argument at the front: the earliest goes last.
+  local earliest_last = {}
+  for i = #backed_off, 1, -1 do earliest_last[#earliest_last + 1] = backed_off[i] end
+  redis.call('LPUSH', ready_key, unpack(earliest_last))
 end
 
 -- Expired leases next. Unkeyed ones are delivered again right here, or after their backoff;
