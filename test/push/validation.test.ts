@@ -83,3 +83,42 @@ t.test('PUSH_ENDPOINT_HOSTS: endpoints elsewhere are refused', async (t) => {
   });
   t.equal(allowed.status, 200, 'a subdomain of an allowed entry');
 });
+
+t.test('PUSH_ENDPOINT_HOSTS narrowed after create: other fields still update, the endpoint does not', async (t) => {
+  const redis = redisTargets()[0].connect();
+  const keyPrefix = uniquePrefix('push-hosts-narrowed');
+  const wide = await buildApp({ redis, keyPrefix });
+  await jsonApi(wide)('PUT', '/v1/projects/p/topics/valid-topic', {});
+  const created = await jsonApi(wide)('PUT', `${S}/narrowed`, {
+    topic: TOPIC,
+    pushConfig: { pushEndpoint: 'http://127.0.0.1:9/p' },
+  });
+  t.equal(created.status, 200, 'created while any host was allowed');
+  await wide.close();
+  const narrow = await buildApp({ redis, keyPrefix, push: { hosts: ['.allowed.test'] } });
+  t.teardown(async () => {
+    await narrow.close();
+    redis.disconnect();
+  });
+  const api = jsonApi(narrow);
+  const deadline = await api('PATCH', `${S}/narrowed`, {
+    subscription: { ackDeadlineSeconds: 30 },
+    updateMask: 'ackDeadlineSeconds',
+  });
+  t.equal(deadline.status, 200, 'a field other than the push config changes');
+  t.equal(deadline.body.ackDeadlineSeconds, 30);
+  const refusedHost = invalid('Invalid push_config.push_endpoint: this broker does not push to 127.0.0.1:9.');
+  t.same(
+    await api('PATCH', `${S}/narrowed`, {
+      subscription: { pushConfig: { pushEndpoint: 'http://127.0.0.1:9/q' } },
+      updateMask: 'pushConfig',
+    }),
+    { status: 400, body: refusedHost },
+    'a new endpoint is held to the setting',
+  );
+  t.same(
+    await api('POST', `${S}/narrowed:modifyPushConfig`, { pushConfig: { pushEndpoint: 'http://127.0.0.1:9/q' } }),
+    { status: 400, body: refusedHost },
+    'by modifyPushConfig too',
+  );
+});
