@@ -85,8 +85,7 @@ export class DeliveryService {
 
   /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
   async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
-    const record = await this.subscriptions.readForDelivery(name);
-    checkPullable(record);
+    const record = await this.readPullable(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
     return this.unlessDetached(
@@ -172,13 +171,31 @@ export class DeliveryService {
    * has no data any more, which the scripts report as NOT_FOUND: the call then fails as any call
    * on it now does, with FAILED_PRECONDITION.
    */
-  async unlessDetached<T>(name: ResourceName, call: Promise<T>): Promise<T> {
+  private async unlessDetached<T>(name: ResourceName, call: Promise<T>): Promise<T> {
     try {
       return await call;
     } catch (error) {
-      if (error instanceof ApiError && error.status === 'NOT_FOUND') await this.subscriptions.readForDelivery(name);
-      throw error;
+      throw await this.failureOf(name, error);
     }
+  }
+
+  /** The error a call or stream on the subscription fails with, given `error` (see unlessDetached). */
+  async failureOf(name: ResourceName, error: unknown): Promise<unknown> {
+    if (!(error instanceof ApiError && error.status === 'NOT_FOUND')) return error;
+    try {
+      await this.subscriptions.readForDelivery(name);
+    } catch (current) {
+      return current;
+    }
+    return error;
+  }
+
+  /** The record of a subscription that may be pulled from: not detached, not pushing. */
+  async readPullable(name: ResourceName): Promise<SubscriptionRecord> {
+    const record = await this.subscriptions.readForDelivery(name);
+    // Pub/Sub refuses Pull and StreamingPull on a subscription that pushes (push.ts delivers it).
+    if (record.pushConfig) throw failedPrecondition('This method is not supported for push subscriptions.');
+    return record;
   }
 
   private announce(settled: Settled): void {
@@ -199,9 +216,4 @@ export class DeliveryService {
   checkSubscribeRegion(record: SubscriptionRecord): Promise<void> {
     return checkSubscribeRegion(this.regions, this.topics, record);
   }
-}
-
-/** Pub/Sub refuses Pull and StreamingPull on a subscription that pushes (push.ts delivers it). */
-export function checkPullable(record: SubscriptionRecord): void {
-  if (record.pushConfig) throw failedPrecondition('This method is not supported for push subscriptions.');
 }

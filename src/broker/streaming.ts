@@ -2,7 +2,7 @@ import { type AckFailureCode, ApiError, invalidArgument, unavailable } from '../
 import type { Delivery } from './ack-id.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
-import { checkPullable, type DeliveryService, type Settled } from './delivery.ts';
+import type { DeliveryService, Settled } from './delivery.ts';
 import type { LeasedMessage } from './pull.ts';
 import type { SettleOutcome } from './settlement.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
@@ -155,12 +155,7 @@ export class StreamingSession {
    * is gone before streams hear of it) ends the stream as the detach does: FAILED_PRECONDITION.
    */
   private async failChecked(error: unknown): Promise<void> {
-    try {
-      if (this.name && this.record) await this.delivery.unlessDetached(this.name, Promise.reject(error));
-    } catch (checked) {
-      error = checked;
-    }
-    this.fail(error);
+    this.fail(this.name && this.record ? await this.delivery.failureOf(this.name, error) : error);
   }
 
   private async handle(decode: () => StreamingPullRequest): Promise<void> {
@@ -195,8 +190,7 @@ export class StreamingSession {
     clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
-    this.record = await this.subscriptions.readForDelivery(this.name);
-    checkPullable(this.record);
+    this.record = await this.delivery.readPullable(this.name);
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
     this.heartbeat = setInterval(
@@ -421,9 +415,8 @@ export class StreamingSession {
 
   /** Picks up changes to the subscription (exactly-once switched, deleted, detached) between pulls. */
   private async refreshRecord(): Promise<void> {
-    this.record = await this.subscriptions.readForDelivery(this.name!);
-    // Switched to push: the stream ends, as a new one would be refused.
-    checkPullable(this.record);
+    // Deleted, detached or switched to push: the stream ends, as a new one would be refused.
+    this.record = await this.delivery.readPullable(this.name!);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }
