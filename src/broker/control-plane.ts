@@ -314,12 +314,13 @@ export class ControlPlane {
     const previousJson = put.previous;
     if (!deleted && !detached && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
+    const changedTopics = new Set<string>();
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
       if (previous.topicUid !== topicUid)
         await region.ctx.redis.zrem(keys.topicSubscriptions(previous.topicUid), previous.name);
       await this.dropData(region, previous.topicUid, previous.uid);
       await this.finishCleanup(region, dataRef(previous));
-      await this.announce(region, previous.topicUid);
+      changedTopics.add(previous.topicUid);
     }
     // The put marked the detached incarnation's data for clean-up (put-subscription.lua): a
     // crash before the drop finishes leaves it to collectGarbage.
@@ -327,7 +328,8 @@ export class ControlPlane {
       await this.dropData(region, topicUid, state.uid);
       await this.finishCleanup(region, dataRef(state as SubscriptionRecord));
     }
-    if (!deleted) await this.announce(region, topicUid);
+    if (!deleted) changedTopics.add(topicUid);
+    await this.announce(region, changedTopics);
     return { applied: true, current: previousJson };
   }
 
@@ -355,9 +357,13 @@ export class ControlPlane {
    * Open streams of the topic's subscriptions re-read their settings (or learn of a delete), and
    * every node's push delivery re-reads which subscriptions push (push.ts).
    */
-  private async announce(region: Region, topicUid: string): Promise<void> {
-    await region.ctx.redis.publish(region.ctx.keys.wakeChannel(topicUid), CONFIG_CHANGED);
-    await region.ctx.redis.publish(region.ctx.keys.subscriptionsChannel, CONFIG_CHANGED);
+  private async announce(region: Region, topicUids: Set<string>): Promise<void> {
+    if (topicUids.size === 0) return;
+    const { redis, keys } = region.ctx;
+    await Promise.all([
+      ...[...topicUids].map((topicUid) => redis.publish(keys.wakeChannel(topicUid), CONFIG_CHANGED)),
+      redis.publish(keys.subscriptionsChannel, CONFIG_CHANGED),
+    ]);
   }
 
   private hashes(region: Region, kind: Kind): [string, string] {
