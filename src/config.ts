@@ -74,16 +74,26 @@ const regionList = z.string().transform((value, ctx) => {
 
 /**
  * PUSH_ENDPOINT_HOSTS: `*` (any host, as Pub/Sub), or comma-separated host names push endpoints
- * may name; `.example.com` also allows its subdomains.
+ * may name; `.example.com` also allows its subdomains. Entries are kept as push-config.ts
+ * compares them: lower case, an IPv6 address without its brackets, and no port (the setting
+ * limits hosts, whatever port).
  */
 const pushHosts = z.string().transform((value, ctx): '*' | string[] => {
   if (value.trim() === '*') return '*';
   const hosts = value
     .split(',')
-    .map((entry) => entry.trim().toLowerCase())
+    .map((entry) =>
+      entry
+        .trim()
+        .toLowerCase()
+        .replace(/^\[(.*)\]$/, '$1'),
+    )
     .filter(Boolean);
   for (const host of hosts) {
-    if (!/^\.?[a-z0-9_.:[\]-]+$/.test(host)) ctx.addIssue({ code: 'custom', message: `"${host}" is not a host name` });
+    if (/^[^:]*:\d*$/.test(host))
+      ctx.addIssue({ code: 'custom', message: `"${host}" names a port: list host names only` });
+    else if (!/^\.?[a-z0-9_.:-]+$/.test(host))
+      ctx.addIssue({ code: 'custom', message: `"${host}" is not a host name` });
   }
   if (hosts.length === 0) ctx.addIssue({ code: 'custom', message: 'lists no host (use * for any)' });
   return hosts;

@@ -63,3 +63,15 @@ t.test('bad region settings are refused with a message that says what is wrong',
     t.match((error as Error | undefined)?.message, message);
   }
 });
+
+t.test('PUSH_ENDPOINT_HOSTS: kept as endpoints are compared, a port refused', async (t) => {
+  t.equal(loadConfig({}).PUSH_ENDPOINT_HOSTS, '*');
+  t.same(loadConfig({ PUSH_ENDPOINT_HOSTS: ' Hooks.Example.com, .internal ,[::1]' }).PUSH_ENDPOINT_HOSTS, [
+    'hooks.example.com',
+    '.internal',
+    '::1',
+  ]);
+  t.throws(() => loadConfig({ PUSH_ENDPOINT_HOSTS: 'localhost:8080' }), /"localhost:8080" names a port/);
+  t.throws(() => loadConfig({ PUSH_ENDPOINT_HOSTS: 'a b' }), /"a b" is not a host name/);
+  t.throws(() => loadConfig({ PUSH_ENDPOINT_HOSTS: ' , ' }), /lists no host/);
+});
