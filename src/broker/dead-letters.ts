@@ -1,4 +1,4 @@
-import { ApiError } from '../errors.ts';
+import { RememberedTopics } from './remembered-topics.ts';
 import { cancelForwarding, type Forward, finishForwarding } from '../redis/calls/delivery.ts';
 import { formatTimestampUs } from './durations.ts';
 import { unpackMessage } from './message-codec.ts';
@@ -32,7 +32,8 @@ const TOPIC_REMEMBERED_MS = 1000;
  * pulls deliver such messages until the topic exists again.
  */
 export class DeadLetters {
-  private readonly topicsSeen = new Map<string, { record: TopicRecord | undefined; until: number }>();
+  /** Dead-letter topics read in the last TOPIC_REMEMBERED_MS, and those found missing. */
+  private readonly topicsSeen = new RememberedTopics(true, TOPIC_REMEMBERED_MS);
 
   constructor(
     private readonly regions: Regions,
@@ -80,7 +81,7 @@ export class DeadLetters {
         };
         const forwardId = `${record.uid}/${region.name}/${forward.seq}`;
         if (await this.publisher.forward(topic, target, message, forwardId)) return 'done';
-        this.topicsSeen.delete(topic.name);
+        this.topicsSeen.forget(topic.name);
         return 'cancelled';
       }),
     );
@@ -99,13 +100,10 @@ export class DeadLetters {
   private async deadLetterTopic(record: SubscriptionRecord): Promise<TopicRecord | undefined> {
     const name = record.deadLetterPolicy?.deadLetterTopic;
     if (!name) return undefined;
-    const seen = this.topicsSeen.get(name);
-    if (seen && seen.until > Date.now()) return seen.record;
-    const topic = await this.topics.read(parseResourceName('topics', name)).catch((error: unknown) => {
-      if (error instanceof ApiError && error.status === 'NOT_FOUND') return undefined;
-      throw error;
-    });
-    this.topicsSeen.set(name, { record: topic, until: Date.now() + TOPIC_REMEMBERED_MS });
+    const seen = this.topicsSeen.recall(name);
+    if (seen) return seen.record;
+    const topic = await this.topics.find(name);
+    this.topicsSeen.remember(name, topic);
     return topic;
   }
 }

@@ -58,7 +58,7 @@ export class Publisher {
     const bodies = checkPublishRequest(messages, this.stageBodiesFromBytes);
     const orderingKey = messages[0].orderingKey ?? '';
     for (;;) {
-      const remembered = this.rememberedTopics.get(topicName.full);
+      const remembered = this.rememberedTopics.recall(topicName.full)?.record;
       const record = remembered ?? (await this.topics.read(topicName));
       const stored = await this.publishTo(
         record,
@@ -68,7 +68,7 @@ export class Publisher {
         storageRegion(this.regions, record, orderingKey),
       );
       if (stored.kind === 'stored') {
-        if (!remembered) this.rememberedTopics.remember(record);
+        if (!remembered) this.rememberedTopics.remember(record.name, record);
         return { messageIds: stored.messageIds };
       }
       // That incarnation was deleted: the name is gone, or now names a new incarnation.

@@ -1,10 +1,13 @@
 import type { TopicRecord } from './records.ts';
 
-/** Topic records kept for publishing; past this, the longest kept is dropped. */
+/** Topic records kept; past this, the longest kept is dropped. */
 const MAX_REMEMBERED_TOPICS = 10_000;
 
 /**
- * Topic records a single-region broker reuses for the publishes of the next `forMs` (a second),
+ * Topic records reused for a short while instead of read again. Dead-letter forwarding
+ * (dead-letters.ts) remembers its topics, and that they are missing, for a second.
+ *
+ * Publishing: topic records a single-region broker reuses for the publishes of the next `forMs` (a second),
  * so that a publish need not read one. There the record gives publish nothing but the
  * incarnation (uid), and the publish script refuses a deleted one, so a remembered record cannot
  * take a message the topic would not; the time bounds how long a Redis that lost its data (say,
@@ -13,23 +16,25 @@ const MAX_REMEMBERED_TOPICS = 10_000;
  * from the next publish on: nothing is remembered (`enabled` false).
  */
 export class RememberedTopics {
-  private readonly records = new Map<string, { record: TopicRecord; until: number }>();
+  private readonly records = new Map<string, { record: TopicRecord | undefined; until: number }>();
 
   constructor(
     private readonly enabled: boolean,
     private readonly forMs: number,
   ) {}
 
-  remember(record: TopicRecord): void {
+  /** Remembers a topic's record, or (undefined) that it does not exist. */
+  remember(fullName: string, record: TopicRecord | undefined): void {
     if (!this.enabled) return;
     if (this.records.size >= MAX_REMEMBERED_TOPICS) this.records.delete(this.records.keys().next().value!);
-    this.records.set(record.name, { record, until: performance.now() + this.forMs });
+    this.records.set(fullName, { record, until: performance.now() + this.forMs });
   }
 
-  get(fullName: string): TopicRecord | undefined {
+  /** What was remembered of the topic within the time, if anything. */
+  recall(fullName: string): { record: TopicRecord | undefined } | undefined {
     const remembered = this.records.get(fullName);
     if (!remembered) return undefined;
-    if (remembered.until > performance.now()) return remembered.record;
+    if (remembered.until > performance.now()) return remembered;
     this.records.delete(fullName);
     return undefined;
   }

@@ -1,5 +1,4 @@
-import { ApiError, failedPrecondition, unavailable } from '../errors.ts';
-import { parseResourceName } from './names.ts';
+import { type ApiError, failedPrecondition, unavailable } from '../errors.ts';
 import type { SubscriptionRecord, TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import type { TopicService } from './topics.ts';
@@ -58,11 +57,8 @@ export async function checkSubscribeRegion(
   record: SubscriptionRecord,
 ): Promise<void> {
   if (!regions.multiRegion) return;
-  // A deleted topic has no policy left to enforce; any other failure to read it fails the call.
-  const topic = await topics.read(parseResourceName('topics', record.topic)).catch((error: unknown) => {
-    if (error instanceof ApiError && error.status === 'NOT_FOUND') return undefined;
-    throw error;
-  });
+  // A deleted topic has no policy left to enforce; a failure to read it fails the call.
+  const topic = await topics.find(record.topic);
   if (topic?.uid !== record.topicUid) return;
   const policy = topic.messageStoragePolicy;
   if (policy?.enforceInTransit && !policy.allowedPersistenceRegions?.includes(regions.local.name)) {

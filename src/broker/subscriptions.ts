@@ -267,10 +267,8 @@ export class SubscriptionService {
     return known.length > 0 ? Math.max(...known) : undefined;
   }
 
-  private async liveTopic(topic: string): Promise<TopicRecord | undefined> {
-    const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys.topics, topic);
-    return json ? (JSON.parse(json) as TopicRecord) : undefined;
+  private liveTopic(topic: string): Promise<TopicRecord | undefined> {
+    return this.topics.find(topic);
   }
 }
 

@@ -49,10 +49,16 @@ export class TopicService {
 
   /** The live record of a topic, as this endpoint's region knows it. */
   async read(name: ResourceName): Promise<TopicRecord> {
+    const record = await this.find(name.full);
+    if (!record) throw notFound(name.id);
+    return record;
+  }
+
+  /** As read, by full name, but undefined when the topic does not exist (deleted, say). */
+  async find(fullName: string): Promise<TopicRecord | undefined> {
     const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys.topics, name.full);
-    if (json === null) throw notFound(name.id);
-    return JSON.parse(json) as TopicRecord;
+    const json = await ctx.redis.hget(ctx.keys.topics, fullName);
+    return json === null ? undefined : (JSON.parse(json) as TopicRecord);
   }
 
   async update(_caller: CallContext, name: ResourceName, request: UpdateTopicRequest): Promise<Topic> {

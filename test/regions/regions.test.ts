@@ -341,9 +341,9 @@ t.test('regions', async (t) => {
     );
     // When b cannot read the topic (its Redis fails right then), the check must not be skipped.
     const topics = d.brokers.get('b')!.app.broker.topics;
-    const read = topics.read.bind(topics);
-    topics.read = async () => {
-      topics.read = read;
+    const find = topics.find.bind(topics);
+    topics.find = async () => {
+      topics.find = find;
       throw new Error('Connection is closed.');
     };
     const unreadable = await d.api('b', 'POST', `${subPath('in-transit-sub')}:pull`, {
