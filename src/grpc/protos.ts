@@ -17,7 +17,7 @@ export const LOADER_OPTIONS: protoLoader.Options = {
   longs: String,
   enums: String,
   defaults: false,
-  oneofs: true,
+  oneofs: false,
   includeDirs: [packagePath('proto')],
 };
 

@@ -27,20 +27,12 @@ import {
 export const topicInput = (topic: object | undefined): TopicInput =>
   parseBody(topicBodySchema, convertPaths(topic ?? {}, TOPIC_DURATIONS, durationToJson), 'topic');
 
-export const subscriptionInput = (subscription: object | undefined): SubscriptionInput => {
-  const json = convertPaths(subscription ?? {}, SUBSCRIPTION_DURATIONS, durationToJson) as { pushConfig?: object };
-  if (json.pushConfig) json.pushConfig = pushConfigInput(json.pushConfig);
-  return parseBody(subscriptionBodySchema, json, 'subscription');
-};
-
-/**
- * A PushConfig as the REST body gives it: without the names of its set oneofs
- * (`authenticationMethod`, `wrapper`), which the proto loader adds beside the fields.
- */
-export function pushConfigInput(config: object): object {
-  const { authenticationMethod: _authentication, wrapper: _wrapper, ...fields } = config as Record<string, unknown>;
-  return fields;
-}
+export const subscriptionInput = (subscription: object | undefined): SubscriptionInput =>
+  parseBody(
+    subscriptionBodySchema,
+    convertPaths(subscription ?? {}, SUBSCRIPTION_DURATIONS, durationToJson),
+    'subscription',
+  );
 
 export const topicProto = (topic: Topic) =>
   convertPaths<string, ProtoDuration>(topic, TOPIC_DURATIONS, durationFromJson);

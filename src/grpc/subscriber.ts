@@ -9,7 +9,6 @@ import {
 import { type GrpcServices, unary, unimplemented } from './calls.ts';
 import {
   pageRequest,
-  pushConfigInput,
   requestName,
   requestProject,
   subscriptionInput,
@@ -109,7 +108,7 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
       const name = subscription(request);
       const body = parseBody(
         modifyPushConfigBodySchema,
-        { pushConfig: request.pushConfig && pushConfigInput(request.pushConfig) },
+        { pushConfig: request.pushConfig },
         'modifyPushConfig request',
       );
       await broker.subscriptions.modifyPushConfig(caller, name, body);
