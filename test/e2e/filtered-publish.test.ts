@@ -47,17 +47,26 @@ for (const target of redisTargets()) {
       id: `sub-${i}`,
       filter: random.chance(0.8) ? random.pick(FILTERS) : undefined,
       ordered: random.chance(0.5),
+      exactlyOnce: random.chance(0.5),
     }));
     for (const sub of subscriptions) {
       const reply = await broker.api('PUT', `${P}/subscriptions/${sub.id}`, {
         topic: 'projects/p/topics/filtered',
         enableMessageOrdering: sub.ordered,
+        enableExactlyOnceDelivery: sub.exactlyOnce,
         ...(sub.filter ? { filter: sub.filter.text } : {}),
       });
       t.equal(reply.status, 200, `create ${sub.id} (${sub.filter?.text ?? 'no filter'})`);
       t.equal(reply.body.filter, sub.filter?.text, 'the filter reads back');
     }
-    t.comment(subscriptions.map((s) => `${s.id}: ${s.filter?.text ?? '-'}${s.ordered ? ' (ordered)' : ''}`).join('; '));
+    t.comment(
+      subscriptions
+        .map(
+          (s) =>
+            `${s.id}: ${s.filter?.text ?? '-'}${s.ordered ? ' (ordered)' : ''}${s.exactlyOnce ? ' (exactly-once)' : ''}`,
+        )
+        .join('; '),
+    );
 
     const published: { id: string; text: string; attributes: Attributes; orderingKey?: string }[] = [];
     for (let round = 0; round < 12; round++) {
