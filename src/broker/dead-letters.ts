@@ -20,7 +20,7 @@ const TOPIC_REMEMBERED_MS = 1000;
  * tags (on Redis Cluster, maybe on different shards), so no one script can move the message;
  * each of the three steps is one script, made so that repeating it does no harm:
  *   1. pull.lua (source) hands the message over: it leaves delivery for the subscription's
- *      forwarding set, claimed by this forwarder for 30 s (FORWARD_CLAIM_US in prelude.lua);
+ *      forwarding set, claimed by this forwarder for 30 s (FORWARD_CLAIM_US in pull.lua);
  *   2. publish.lua (dead-letter topic) stores it there under its forward ID (subscription uid,
  *      region, seq), which it records: storing the same ID again stores nothing;
  *   3. finish-forwarding.lua (source) takes it out of the forwarding set, as an ack would.
@@ -62,8 +62,10 @@ export class DeadLetters {
     const sub = data.subscription(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.topicUid);
     const topic = await this.deadLetterTopic(record);
+    // One pull's forwards share its claim.
+    const { claimUs } = forwards[0];
     if (!topic) {
-      await cancelForwarding(ctx.scripts, sub, { wakeChannel, members: forwards.map(member) });
+      await cancelForwarding(ctx.scripts, sub, { wakeChannel, claimUs, members: forwards.map(member) });
       return;
     }
     const target = deadLetterRegion(this.regions, topic, region);
@@ -93,7 +95,7 @@ export class DeadLetters {
     if (done.length > 0) {
       await finishForwarding(ctx.scripts, data, sub, { wakeChannel, members: done });
     }
-    if (cancelled.length > 0) await cancelForwarding(ctx.scripts, sub, { wakeChannel, members: cancelled });
+    if (cancelled.length > 0) await cancelForwarding(ctx.scripts, sub, { wakeChannel, claimUs, members: cancelled });
   }
 
   /** The subscription's dead-letter topic, undefined when it has none or it does not exist. */

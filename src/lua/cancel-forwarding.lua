@@ -9,19 +9,24 @@
   KEYS[5]    keyed deliveries (HASH seq -> "gen|f|key" for a keyed message being forwarded)
   KEYS[6]    key states
   ARGV[1]    wake channel (published to when something became available)
-  ARGV[2..]  the messages, "seq:gen" as pull handed them over
+  ARGV[2]    the end of the caller's claim on them, µs (pull.lua's claimEndUs)
+  ARGV[3..]  the messages, "seq:gen" as pull handed them over
   Returns    REPLY_OK, or REPLY_NO_SUBSCRIPTION
-  Invariant: a message goes back only from the forwarding set, keeping its generation (so its
+  Invariant: a message goes back only from the forwarding set, and only under the caller's own
+             claim: one that ran out and was taken over by a later pull (which may be storing it
+             in the dead-letter topic) stays with that pull. It keeps its generation (so its
              delivery attempts go on counting); a keyed one goes back as its key's oldest.
 ]]
 local config_key, forwarding_key, ready_key, deliveries_key = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local key_structures = { ready = ready_key, keyed = KEYS[4], states = KEYS[6] }
 if redis.call('EXISTS', config_key) == 0 then return REPLY_NO_SUBSCRIPTION end
+local claim_end = tonumber(ARGV[2])
 
 local woke = false
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local member = ARGV[i]
-  if redis.call('ZREM', forwarding_key, member) == 1 then
+  if tonumber(redis.call('ZSCORE', forwarding_key, member)) == claim_end then
+    redis.call('ZREM', forwarding_key, member)
     local seq = split_entry(member)
     local info = redis.call('HGET', deliveries_key, seq)
     if info then

@@ -63,9 +63,6 @@ local function redelivery_policy(min_us, max_us, max_attempts)
   return { min = backoff and tonumber(min_us) or nil, max = backoff and tonumber(max_us) or nil, limit = limit }
 end
 
--- How long a forwarder's claim on a message it forwards holds (pull.lua): then the next pull
--- takes an unfinished forward over.
-local FORWARD_CLAIM_US = 30000000
 
 -- Whether a message whose delivery failed `attempts` times goes to its dead-letter topic
 -- instead of being delivered again.

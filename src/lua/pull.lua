@@ -24,8 +24,8 @@
   ARGV[5]    byte budget: no further message once the leased bodies reach it (at least one goes)
   ARGV[6]    '1': messages may be handed over to forward now (the dead-letter topic exists),
              else '': they are delivered again instead
-  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, seq1, gen1[, attempt1], ...,
-              fseq1, fgen1, fcount1, ...}
+  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, claimEndUs, seq1, gen1[, attempt1],
+              ..., fseq1, fgen1, fcount1, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline, backoff end or forwarding claim's end ('' if there is none), so the
              caller knows when to look again (0 when messages were handed over to forward)
@@ -35,6 +35,8 @@
              runs finish-forwarding, or cancel-forwarding when it cannot
              stride: 3 on subscriptions with a dead-letter policy (each leased message comes
              with its delivery attempt), else 2
+             claimEndUs: until when this caller's claim on the forwards holds (cancel-forwarding
+             gives back only a claim of that end)
              {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached)
              The bodies are not returned: a body read into Lua costs a pass over every byte
              (Redis hashes every string Lua makes), so the caller reads them with HMGET.
@@ -68,7 +70,11 @@ local may_forward = ARGV[6] == '1'
 local with_attempts = policy ~= nil and policy.limit ~= nil
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
 local oldest_kept = now - tonumber(config[2])
-local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2}
+-- How long a forwarder's claim on a message it forwards holds: then the next pull takes an
+-- unfinished forward over, with a claim of its own.
+local FORWARD_CLAIM_US = 30000000
+local claim_end = now + FORWARD_CLAIM_US
+local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2, claim_end}
 local leases, forwards, claims = {}, {}, {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
 local function has_room() return remaining > 0 and bytes < max_bytes end
@@ -92,7 +98,7 @@ end
 
 -- Hands a message over to forward (or, a claim that ran out, again): claimed until then.
 local function forward(seq, gen, failed)
-  claims[#claims + 1] = now + FORWARD_CLAIM_US
+  claims[#claims + 1] = claim_end
   claims[#claims + 1] = seq .. ':' .. gen
   forwards[#forwards + 1] = seq
   forwards[#forwards + 1] = gen

@@ -10,12 +10,13 @@
 import t, { type Test } from 'tap';
 import { buildApp } from '../../src/app.ts';
 import { ManualClock } from '../../src/broker/clock.ts';
+import { cancelForwarding } from '../../src/redis/calls/delivery.ts';
 import type { Scripts } from '../../src/redis/scripts.ts';
 import { b64, jsonApi, unb64 } from '../helpers/app.ts';
 import { type RedisTarget, redisTargets, uniquePrefix } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
-/** Longer than a forwarder's claim (FORWARD_CLAIM_US in prelude.lua). */
+/** Longer than a forwarder's claim (FORWARD_CLAIM_US in pull.lua). */
 const CLAIM_RUNS_OUT_S = 31;
 
 type CrashPoint = 'before the dead-letter publish' | 'after the dead-letter publish' | 'before finishing';
@@ -40,7 +41,7 @@ async function openBroker(t: Test, target: RedisTarget, prefix: string, clock: M
   const pull = async (subscription: string) =>
     (await ok('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 10, returnImmediately: true }))
       .receivedMessages ?? [];
-  return { scripts: app.broker.ctx.scripts, ok, pull, close };
+  return { scripts: app.broker.ctx.scripts, ctx: app.broker.ctx, ok, pull, close };
 }
 
 /** Makes the broker's forwarding fail at `point`, as a crash there would leave it. */
@@ -144,3 +145,49 @@ for (const target of redisTargets()) {
     });
   }
 }
+
+t.test('a forwarder whose claim ran out cannot cancel the forward a later pull took over', async (t) => {
+  const target = redisTargets()[0];
+  const prefix = uniquePrefix('dead-letter-claims');
+  const clock = new ManualClock();
+  const stale = await openBroker(t, target, prefix, clock);
+  await stale.ok('PUT', `${P}/topics/orders`, {});
+  await stale.ok('PUT', `${P}/topics/orders-dead`, {});
+  await stale.ok('PUT', `${P}/subscriptions/orders`, {
+    topic: 'projects/p/topics/orders',
+    deadLetterPolicy: { deadLetterTopic: 'projects/p/topics/orders-dead', maxDeliveryAttempts: 5 },
+  });
+  await stale.ok('POST', `${P}/topics/orders:publish`, { messages: [{ data: b64('poison') }] });
+  for (let attempt = 1; attempt <= 5; attempt++) {
+    const [received] = await stale.pull('orders');
+    await stale.ok('POST', `${P}/subscriptions/orders:modifyAckDeadline`, {
+      ackIds: [received.ackId],
+      ackDeadlineSeconds: 0,
+    });
+  }
+  const { redis, keys } = stale.ctx;
+  const record = JSON.parse((await redis.hget(keys.subscriptions, 'projects/p/subscriptions/orders'))!);
+  const sub = keys.topicData(record.topicUid).subscription(record.uid);
+  // Both forwarders stall before storing the message: each leaves its claim.
+  crashAt(stale.scripts, 'before the dead-letter publish');
+  t.same(await stale.pull('orders'), [], 'handed over to forward');
+  const claimed = await redis.zrange(sub.forwarding, 0, -1);
+  t.equal(claimed.length, 1, 'claimed');
+  const [member] = claimed;
+  const claimOf = async () => Number(await redis.zscore(sub.forwarding, member));
+  const staleClaim = await claimOf();
+  clock.advanceSeconds(CLAIM_RUNS_OUT_S);
+  const later = await openBroker(t, target, prefix, clock);
+  crashAt(later.scripts, 'before the dead-letter publish');
+  t.same(await later.pull('orders'), [], 'the run-out claim is taken over');
+  const laterClaim = await claimOf();
+  t.ok(laterClaim > staleClaim, 'under a claim of its own');
+
+  const wakeChannel = keys.wakeChannel(record.topicUid);
+  await cancelForwarding(stale.scripts, sub, { wakeChannel, claimUs: staleClaim, members: [member] });
+  t.equal(await claimOf(), laterClaim, 'the stale cancel leaves the later claim alone');
+  t.same(await later.pull('orders'), [], 'and the message is not delivered again meanwhile');
+  await cancelForwarding(later.scripts, sub, { wakeChannel, claimUs: laterClaim, members: [member] });
+  t.equal(await redis.zscore(sub.forwarding, member), null, "the claim's own cancel gives it back");
+  t.same(await redis.lrange(sub.ready, 0, -1), [member], 'to the ready list');
+});

@@ -397,7 +397,7 @@ const wrapperCases: WrapperCase[] = [
     what: 'cancel-forwarding',
     reply: codes.REPLY_OK,
     moreArgv: members.length,
-    call: (scripts) => cancelForwarding(scripts, sub, { wakeChannel, members }),
+    call: (scripts) => cancelForwarding(scripts, sub, { wakeChannel, claimUs: 0, members }),
   },
   {
     what: 'touch-subscription',

@@ -31,6 +31,8 @@ export interface Forward {
   generation: number;
   /** How many of its deliveries failed. */
   deliveryAttempts: number;
+  /** Until when this pull's claim on it holds (µs): only that claim may cancel it. */
+  claimUs: number;
 }
 
 export type PullResult =
@@ -73,22 +75,27 @@ export async function pull(
       sub.forwarding,
     ],
     [call.time, call.max, call.leaseUs ?? '', call.wakeChannel, call.maxBytes, call.mayForward ? '1' : ''],
-  )) as [number, number | '', number, number, number, ...(string | number)[]];
+  )) as [number, number | '', number, number, number, number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
   if (reply[0] !== REPLY_OK) throw unexpectedReply('pull', reply);
-  const [, due, oldestKeptUs, forwardCount, stride] = reply;
+  const [, due, oldestKeptUs, forwardCount, stride, claimUs] = reply;
   const forwardsAt = reply.length - 3 * forwardCount;
   const seqs: string[] = [];
   const generations: number[] = [];
   const attempts: number[] | undefined = stride === 3 ? [] : undefined;
-  for (let i = 5; i < forwardsAt; i += stride) {
+  for (let i = 6; i < forwardsAt; i += stride) {
     seqs.push(String(reply[i]));
     generations.push(Number(reply[i + 1]));
     attempts?.push(Number(reply[i + 2]));
   }
   const forwards: Forward[] = [];
   for (let i = forwardsAt; i < reply.length; i += 3) {
-    forwards.push({ seq: String(reply[i]), generation: Number(reply[i + 1]), deliveryAttempts: Number(reply[i + 2]) });
+    forwards.push({
+      seq: String(reply[i]),
+      generation: Number(reply[i + 1]),
+      deliveryAttempts: Number(reply[i + 2]),
+      claimUs,
+    });
   }
   const nextDueUs = typeof due === 'number' ? due : undefined;
   return { kind: 'leased', nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards };
@@ -212,16 +219,19 @@ export async function finishForwarding(
   return okOrNoSubscription('finish-forwarding', reply, 'finished');
 }
 
-/** Runs cancel-forwarding.lua: the messages cannot be forwarded, and are delivered again. */
+/**
+ * Runs cancel-forwarding.lua: the messages cannot be forwarded, and are delivered again, unless
+ * the claim `claimUs` names ran out and another pull has claimed them since.
+ */
 export async function cancelForwarding(
   scripts: Scripts,
   sub: SubscriptionKeys,
-  call: ForwardingCall,
+  call: ForwardingCall & { claimUs: number },
 ): Promise<'cancelled' | 'no-subscription'> {
   const reply = await scripts.run(
     'cancel-forwarding',
     [sub.config, sub.forwarding, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-    [call.wakeChannel, ...call.members],
+    [call.wakeChannel, call.claimUs, ...call.members],
   );
   return okOrNoSubscription('cancel-forwarding', reply, 'cancelled');
 }
