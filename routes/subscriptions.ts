@@ -9,6 +9,7 @@ import {
   modifyAckDeadlineBodySchema,
   modifyPushConfigBodySchema,
   pullBodySchema,
+  seekBodySchema,
   subscriptionBodySchema,
   updateSubscriptionBodySchema,
 } from '../src/schemas/subscriptions.ts';
@@ -47,6 +48,11 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     const name = subscriptionName(request.params);
     parseBody(detachBodySchema, request.body ?? {}, 'detach request');
     await broker.subscriptions.detach(caller(), name);
+    return {};
+  });
+  app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::seek`, async (request) => {
+    const name = subscriptionName(request.params);
+    await broker.replay.seek(caller(), name, parseBody(seekBodySchema, request.body, 'seek request'));
     return {};
   });
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/subscriptions', (request) =>

@@ -12,7 +12,6 @@ const IAM_RESOURCE_PATHS = [TOPIC_PATH, SUBSCRIPTION_PATH, SNAPSHOT_PATH, SCHEMA
 /** The Pub/Sub REST methods this broker does not implement yet: [HTTP method, route URL, RPC]. */
 const UNIMPLEMENTED_METHODS: [HTTPMethods, string, string][] = [
   ['GET', `${TOPIC_PATH}/snapshots`, 'Publisher.ListTopicSnapshots'],
-  ['POST', `${SUBSCRIPTION_PATH}::seek`, 'Subscriber.Seek'],
   ['GET', `${PROJECT_PATH}/snapshots`, 'Subscriber.ListSnapshots'],
   ['GET', SNAPSHOT_PATH, 'Subscriber.GetSnapshot'],
   ['PUT', SNAPSHOT_PATH, 'Subscriber.CreateSnapshot'],

@@ -6,6 +6,7 @@ import { type Clock, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
 import { DeliveryService } from './delivery.ts';
+import { ReplayService } from './replay.ts';
 import { PushService } from './push.ts';
 import type { PushHosts } from './push-config.ts';
 import { Region, Regions } from './regions.ts';
@@ -89,7 +90,11 @@ export interface Broker {
   delivery: DeliveryService;
   streams: StreamRegistry;
   push: PushService;
-  /** One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions expired. */
+  replay: ReplayService;
+  /**
+   * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions
+   * expired, retained logs expired.
+   */
   collectGarbage(): Promise<void>;
   /**
    * Ends long polls and streams (clients reconnect elsewhere), stops the background jobs and
@@ -133,6 +138,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
   });
   const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
+  const replay = new ReplayService(regions, topics, subscriptions);
   // No region serves until its store is known to be in this broker's storage format.
   const stopGuards = await Promise.all(
     regions.all.map((region) =>
@@ -158,6 +164,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     const nowUs = await redisTimeUs(regions.local.ctx.redis);
     await subscriptions.collectGarbage(nowUs - CLEANUP_GRACE_US);
     await subscriptions.expireIdle(nowUs);
+    await replay.expireLogs();
   };
   const janitor =
     config.janitorIntervalMs === undefined
@@ -189,6 +196,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     delivery,
     streams,
     push,
+    replay,
     collectGarbage,
     close: () => (closing ??= close()),
   };

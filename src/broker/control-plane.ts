@@ -267,6 +267,8 @@ export class ControlPlane {
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
     if (deleted) await deleteTopicData(scripts, keys.topicData(state.uid));
+    // Its log is expired by the janitor (replay.ts) from before its first retained message.
+    if (!deleted && state.messageRetentionDuration) await region.ctx.redis.sadd(keys.retainingTopics, state.uid);
     const put = await putTopic(scripts, keys, state.uid, stateCall(state, mode, expected));
     if (put.kind === 'refused') return { applied: false, current: put.current };
     const previousJson = put.previous;
@@ -342,6 +344,8 @@ export class ControlPlane {
     const { keys, scripts, clock } = region.ctx;
     const data = keys.topicData(record.topicUid);
     if (unrecorded) await markCleanup(scripts, keys, { time: clock.scriptTime(), ref: dataRef(record) });
+    // The topic's log is expired by the janitor (replay.ts) from before its first retained message.
+    if (record.retainAckedMessages) await region.ctx.redis.sadd(keys.retainingTopics, record.topicUid);
     // 'topic-deleted': the incarnation is deleted in this region; the subscription simply gets nothing here.
     await attachSubscription(scripts, data, {
       time: clock.scriptTime(),

@@ -8,6 +8,7 @@ import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
 import { checkPublishRequest, type PackedPublish, type PubsubMessage, packChecked } from './publish-request.ts';
 import type { TopicRecord } from './records.ts';
+import { topicRetentionUs } from './topic-fields.ts';
 import type { Region, Regions } from './regions.ts';
 import { RememberedTopics } from './remembered-topics.ts';
 import { storageRegion } from './storage-region.ts';
@@ -118,6 +119,7 @@ export class Publisher {
         staged,
         stagingKey,
         forwardId,
+        topicRetentionUs: topicRetentionUs(record),
       });
       if (result.kind === 'topic-deleted' || result.kind === 'forwarded-before') return { kind: result.kind };
       if (result.kind === 'attachments-changed') {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { durationString, int32, labelsSchema } from '../schemas/wire-types.ts';
 import { invalidArgument } from '../errors.ts';
 import { checkAckDeadline } from './ack-deadline.ts';
-import { checkDuration, parseDurationSeconds } from './durations.ts';
+import { checkDuration, durationMicroseconds, parseDurationSeconds } from './durations.ts';
 import { parseFilter } from './filter.ts';
 import { parseResourceName } from './names.ts';
 import { type PushConfig, pushConfigSchema, settlePushConfig } from './push-config.ts';
@@ -84,8 +84,7 @@ const field = <Value>(definition: FieldDefinition<SubscriptionSettings, Value>) 
 /** A flag is stored only when set. */
 const flag = (value: boolean | undefined): true | undefined => (value ? true : undefined);
 const configFlag = (value: boolean | undefined) => (value ? '1' : '0');
-const microseconds = (duration: string, field: string) =>
-  String(Math.round(parseDurationSeconds(duration, field) * 1_000_000));
+const microseconds = (duration: string, field: string) => String(durationMicroseconds(duration, field));
 
 /** A retry policy as stored: each backoff 0 to 600 s, defaulted, the maximum not below the minimum. */
 function settleRetryPolicy(policy: { minimumBackoff?: string; maximumBackoff?: string }): RetryPolicy {
@@ -124,7 +123,13 @@ export const SUBSCRIPTION_FIELDS = {
     },
     deliveryConfig: (seconds: number) => [['ackDeadlineUs', String(seconds * 1_000_000)]],
   }),
-  retainAckedMessages: field({ wire: z.boolean(), access: 'mutable', settle: flag }),
+  retainAckedMessages: field({
+    wire: z.boolean(),
+    access: 'mutable',
+    settle: flag,
+    // The topic's log keeps its acknowledged messages for its retention (attach-subscription.lua).
+    deliveryConfig: (value: true | undefined) => [['retainAcked', configFlag(value)]],
+  }),
   messageRetentionDuration: field({
     wire: durationString,
     access: 'mutable',

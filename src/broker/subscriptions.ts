@@ -89,6 +89,12 @@ export class SubscriptionService {
     return JSON.parse(json) as SubscriptionRecord;
   }
 
+  /** Every subscription record this endpoint's region knows (background passes). */
+  async all(): Promise<SubscriptionRecord[]> {
+    const { ctx } = this.regions.requireLocal();
+    return (await ctx.redis.hvals(ctx.keys.subscriptions)).map((json) => JSON.parse(json) as SubscriptionRecord);
+  }
+
   /**
    * The record of a subscription that messages are pulled from or settled on: a detached one
    * refuses that with FAILED_PRECONDITION, as Pub/Sub's does.

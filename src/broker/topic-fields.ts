@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { invalidArgument } from '../errors.ts';
 import { durationString, labelsSchema } from '../schemas/wire-types.ts';
-import { checkDuration } from './durations.ts';
+import { checkDuration, durationMicroseconds } from './durations.ts';
 import { type FieldDefinition, type FieldTable, outputField, unimplementedField, type WireOf } from './fields.ts';
 
 /** Every field of a Pub/Sub Topic, declared once (see fields.ts). */
@@ -64,3 +64,9 @@ export const TOPIC_FIELDS = {
 
 /** A Topic as a request gives it (every field optional). */
 export type TopicInput = WireOf<typeof TOPIC_FIELDS>;
+
+/** How long the topic keeps its messages (µs), whatever its subscriptions did; undefined: not set. */
+export function topicRetentionUs(topic: TopicSettings): number | undefined {
+  const retention = topic.messageRetentionDuration;
+  return retention ? durationMicroseconds(retention, 'messageRetentionDuration') : undefined;
+}

@@ -61,6 +61,12 @@ export class TopicService {
     return json === null ? undefined : (JSON.parse(json) as TopicRecord);
   }
 
+  /** Every live topic record this endpoint's region knows (background passes). */
+  async all(): Promise<TopicRecord[]> {
+    const { ctx } = this.regions.requireLocal();
+    return (await ctx.redis.hvals(ctx.keys.topics)).map((json) => JSON.parse(json) as TopicRecord);
+  }
+
   async update(_caller: CallContext, name: ResourceName, request: UpdateTopicRequest): Promise<Topic> {
     checkBodyName(request.topic.name, name);
     checkUpdateMask(TOPIC_FIELDS, request.updateMask, 'UpdateTopicRequest');

@@ -5,7 +5,9 @@ import {
   modifyAckDeadlineBodySchema,
   modifyPushConfigBodySchema,
   pullBodySchema,
+  seekBodySchema,
 } from '../schemas/subscriptions.ts';
+import { formatTimestampUs } from '../broker/durations.ts';
 import { type GrpcServices, unary, unimplemented } from './calls.ts';
 import {
   pageRequest,
@@ -119,6 +121,23 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
     CreateSnapshot: unimplemented('Subscriber.CreateSnapshot'),
     UpdateSnapshot: unimplemented('Subscriber.UpdateSnapshot'),
     DeleteSnapshot: unimplemented('Subscriber.DeleteSnapshot'),
-    Seek: unimplemented('Subscriber.Seek'),
+    Seek: unary(
+      services,
+      async (
+        request: SubscriptionRequest & { time?: { seconds?: string; nanos?: number } | null; snapshot?: string },
+        caller,
+      ) => {
+        const name = subscription(request);
+        const time = request.time ? formatTimestampUs(timestampMicros(request.time)) : undefined;
+        const body = parseBody(seekBodySchema, { time, snapshot: request.snapshot || undefined }, 'seek request');
+        await broker.replay.seek(caller, name, body);
+        return {};
+      },
+    ),
   };
+}
+
+/** A google.protobuf.Timestamp (seconds as a string: the loader's longs) in microseconds. */
+function timestampMicros(time: { seconds?: string; nanos?: number }): number {
+  return Number(time.seconds ?? 0) * 1_000_000 + Math.floor((time.nanos ?? 0) / 1000);
 }

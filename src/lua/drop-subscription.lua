@@ -13,6 +13,8 @@
   KEYS[10]   its key states (HASH)
   KEYS[11]   its delayed set (ZSET)
   KEYS[12]   its forwarding set (ZSET)
+  KEYS[13]   the topic's retainers (HASH subscription uid -> retention, µs)
+  KEYS[14]   its selections (HASH block -> taken flags)
   ARGV[1]    subscription uid
   ARGV[2]    how many entries to release from each structure in this call
   Returns    the number of entries still held (0 = fully dropped)
@@ -27,7 +29,8 @@ local batch = tonumber(ARGV[2])
 if redis.call('HDEL', attached_key, ARGV[1]) == 1 then
   redis.call('HINCRBY', state_key, 'attachVersion', 1)
 end
-redis.call('DEL', config_key)
+redis.call('DEL', config_key, KEYS[14])
+if redis.call('HDEL', KEYS[13], ARGV[1]) == 1 then update_retention(state_key, KEYS[13]) end
 
 local seqs = {}
 -- A ready-list entry holds its message's body; a key marker holds nothing.

@@ -60,7 +60,7 @@ for i = 5, #ARGV do
       if revoke_from(keys, key, seq, releasing and 'release' or 'nack', now, policy) then woke = true end
     else
       redis.call('ZREM', leased_key, member)
-      local wait = backoff_us(policy, gen)
+      local wait = backoff_us(policy, attempts_of(gen))
       if releasing then
         redis.call('LPUSH', ready_key, gen > 1 and seq .. ':' .. (gen - 1) or seq)
       elseif wait > 0 then

@@ -64,6 +64,15 @@ local function redelivery_policy(min_us, max_us, max_attempts)
 end
 
 
+-- Generations run in epochs of GEN_EPOCH: a seek that brings back an acknowledged message (whose
+-- last generation it no longer knows) starts it at the subscription's next epoch, so that its
+-- new deliveries never take the generation, and so the ack ID, of an earlier one (seek.lua). A
+-- generation's delivery attempts count within its epoch.
+local GEN_EPOCH = 1048576
+local function attempts_of(gen)
+  return gen % GEN_EPOCH
+end
+
 -- Whether a message whose delivery failed `attempts` times goes to its dead-letter topic
 -- instead of being delivered again.
 local function dead_letters(policy, attempts)
@@ -120,6 +129,18 @@ local function release_bodies(bodies_prefix, refs_key, seqs)
   end
   for key, fields in pairs(last_holder) do redis.call('HDEL', key, unpack(fields)) end
   if #second_last > 0 then redis.call('HDEL', refs_key, unpack(second_last)) end
+end
+
+-- After a change of `retainers` (subscription uid -> retention, µs, of those that keep their
+-- acknowledged messages): the topic state's retainUs is the longest of them, absent for none.
+local function update_retention(state_key, retainers_key)
+  local longest = 0
+  for _, retention in ipairs(redis.call('HVALS', retainers_key)) do longest = math.max(longest, tonumber(retention)) end
+  if longest > 0 then
+    redis.call('HSET', state_key, 'retainUs', string.format('%.0f', longest))
+  else
+    redis.call('HDEL', state_key, 'retainUs')
+  end
 end
 
 -- Calls fn with ARGV[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of thousands).
@@ -229,9 +250,9 @@ local function revoke_from(keys, key, seq, ended, now, policy)
     if i == 1 and ended == 'release' then
       gen = gen - 1
     elseif i == 1 and ended == 'nack' then
-      due = now + backoff_us(policy, gen - uncounted)
+      due = now + backoff_us(policy, attempts_of(gen) - uncounted)
     elseif deadline <= now then
-      due = deadline + backoff_us(policy, gen - uncounted)
+      due = deadline + backoff_us(policy, attempts_of(gen) - uncounted)
     else
       uncounted = uncounted + 1
     end

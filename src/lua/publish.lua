@@ -6,8 +6,11 @@
   KEYS[4]    the staging key: when ARGV holds no bodies, the broker wrote them here (HASH
              field -> body, with a TTL) just before this call (Scripts.runStaged)
   KEYS[5]    messages forwarded here from dead-letter policies (ZSET forward ID -> when stored)
-  KEYS[6..]  three keys per attached subscription, in the order the caller read them:
-             its ready list, its keyed ZSET and its key states (the last two used when ordered)
+  KEYS[6]    the retained log (ZSET block -> latest publish time in it, µs)
+  KEYS[7..]  four keys per attached subscription, in the order the caller read them:
+             its ready list, its keyed ZSET and its key states (the two used when ordered),
+             and its selections (HASH block -> taken flags, written for a filtered
+             subscription while the topic retains)
   ARGV[1]    time override in microseconds, or '' for Redis TIME
   ARGV[2]    the publish time (µs) the broker stamped into every body, from its reading of the
              one clock (PublishClock in src/broker/clock.ts); accepted from 10 s behind now to
@@ -21,8 +24,9 @@
   ARGV[8]    which messages each attached subscription takes, in order: '*' for all of them, or
              n characters, '1' taken and '0' not (its filter refused the message: the message
              counts as acknowledged for it from the start)
-  ARGV[9]    the number of messages, n (at most SEQS_PER_BLOCK)
-  ARGV[10..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+  ARGV[9]    the topic's messageRetentionDuration in µs, or '' when it has none
+  ARGV[10]   the number of messages, n (at most SEQS_PER_BLOCK)
+  ARGV[11..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
              the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
@@ -43,14 +47,17 @@
              time is within [now - 10 s, now + 1 s] of the one clock when it was stored. Seqs
              grow with every publish, and a field of a block is written once: a body is never
              overwritten. A forward ID is stored at most once while its mark is kept
-             (FORWARD_MARK_KEPT_US).
+             (FORWARD_MARK_KEPT_US). While the topic retains (its own retention, or a
+             subscription's retainAckedMessages: the state's retainUs), every stored message
+             holds one more reference, the log's, and goes into a block of the log; a block is in
+             the log only if every message of it holds that reference (expire-log releases them).
 ]]
-local state_key, bodies_prefix, refs_key, staging_key, forwarded_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local state_key, bodies_prefix, refs_key, staging_key, forwarded_key, log_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
 -- A forward ID's mark outlives by far any forwarder still at work on it (src/broker/dead-letters.ts).
 local FORWARD_MARK_KEPT_US = 24 * 3600 * 1000000
-local FIRST_BODY_ARG = 10
-local count = tonumber(ARGV[9])
+local FIRST_BODY_ARG = 11
+local count = tonumber(ARGV[10])
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
   return redis.error_reply('publish: the staged bodies are not all there')
@@ -67,7 +74,7 @@ local function refuse(reply)
 end
 
 local now = now_us(ARGV[1])
-local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion', 'block', 'used')
+local state = redis.call('HMGET', state_key, 'deleted', 'attachVersion', 'block', 'used', 'retainUs', 'logBlock')
 if state[1] then return refuse({REPLY_TOPIC_DELETED}) end
 if (state[2] or '0') ~= ARGV[3] then return refuse({REPLY_ATTACHMENTS_CHANGED}) end
 local stamp = tonumber(ARGV[2])
@@ -75,7 +82,11 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
   return refuse({REPLY_STAMP_REFUSED, now})
 end
 
-local subscriptions = (#KEYS - 5) / 3
+local subscriptions = (#KEYS - 6) / 4
+-- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
+-- of the subscriptions.
+local topic_retention = tonumber(ARGV[9]) or 0
+local logging = math.max(topic_retention, tonumber(state[5] or '0')) > 0
 
 -- takes[s]: false when subscription s takes every message, else its string of '1'/'0';
 -- holders[i]: how many subscriptions take message i.
@@ -100,26 +111,28 @@ end
 
 -- Seqs only grow (ordered delivery relies on it): a publish goes into the latest block when it
 -- is small and fits there, else into a new one. A staged publish takes a new block whole (its
--- hash becomes the block) and leaves it full.
+-- hash becomes the block) and leaves it full. A block is either in the log or not, whole: when
+-- the topic starts or stops retaining, the next publish starts a new block.
 local ordering_key, ordered_flags = ARGV[5], ARGV[6]
 local block, first_field = tonumber(state[3] or '0'), tonumber(state[4] or SEQS_PER_BLOCK)
-if staged or first_field + count > SEQS_PER_BLOCK then block, first_field = block + 1, 0 end
+local logged_block = state[6] == string.format('%d', block)
+if staged or first_field + count > SEQS_PER_BLOCK or logging ~= logged_block then block, first_field = block + 1, 0 end
 redis.call('HSET', state_key, 'block', block, 'used', staged and SEQS_PER_BLOCK or first_field + count)
 local first_seq = block * SEQS_PER_BLOCK + first_field
-local kept = count
-if filtered then
-  kept = 0
-  for i = 1, count do
-    local n = 0
+-- holders[i]: the references message i starts with: one per subscription that takes it and,
+-- while the topic retains, the log's (only the topic's own retention keeps what nobody takes).
+local kept = 0
+for i = 1, count do
+  local n = subscriptions
+  if filtered then
+    n = 0
     for s = 1, subscriptions do
       if not takes[s] or string.byte(takes[s], i) == 49 then n = n + 1 end
     end
-    holders[i] = n
-    if n > 0 then kept = kept + 1 end
   end
-else
-  for i = 1, count do holders[i] = subscriptions end
-  if subscriptions == 0 then kept = 0 end
+  if logging and (n > 0 or topic_retention > 0) then n = n + 1 end
+  holders[i] = n
+  if n > 0 then kept = kept + 1 end
 end
 if kept == 0 then -- nobody to deliver to: nothing is stored
   discard_staging()
@@ -157,6 +170,11 @@ for i = 1, count do
   end
 end
 if #refs > 0 then redis.call('HSET', refs_key, unpack(refs)) end
+if logging then
+  local block_id = string.format('%d', block)
+  redis.call('HSET', state_key, 'logBlock', block_id)
+  redis.call('ZADD', log_key, 'GT', stamp, block_id)
+end
 
 -- The seqs subscription s takes (all of them, shared, unless it filters).
 local function taken(s)
@@ -179,8 +197,15 @@ end
 
 local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
 for s = 1, subscriptions do
-  local ready_key, keyed_key, key_states_key = KEYS[3 * s + 3], KEYS[3 * s + 4], KEYS[3 * s + 5]
+  local ready_key, keyed_key, key_states_key = KEYS[4 * s + 3], KEYS[4 * s + 4], KEYS[4 * s + 5]
   local mine = taken(s)
+  if logging and takes[s] then
+    -- Which messages of the block it took, for a seek back to them (seek.lua).
+    local selections_key, block_id = KEYS[4 * s + 6], string.format('%d', block)
+    local flags = redis.call('HGET', selections_key, block_id) or string.rep('1', SEQS_PER_BLOCK)
+    flags = string.sub(flags, 1, first_field) .. takes[s] .. string.sub(flags, first_field + count + 1)
+    redis.call('HSET', selections_key, block_id, flags)
+  end
   if #mine > 0 and ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
     local members
     if takes[s] then

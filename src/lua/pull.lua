@@ -85,7 +85,7 @@ local function stored_size(seq)
   return redis.call('HSTRLEN', body_location(bodies_prefix, seq))
 end
 
--- A new delivery (generation gen) of seq: its delivery attempt is gen - uncounted.
+-- A new delivery (generation gen) of seq, its delivery attempt-th.
 local function lease(seq, gen, size, attempt)
   leases[#leases + 1] = deadline
   leases[#leases + 1] = seq .. ':' .. gen
@@ -106,15 +106,16 @@ local function forward(seq, gen, failed)
   remaining = remaining - 1
 end
 
--- An unkeyed message's delivery attempts are its generation.
+-- An unkeyed message's delivery attempts are its generation's (attempts_of).
 local function deliver_unkeyed(entry)
   local seq, gen = split_entry(entry)
   local size = stored_size(seq)
   if size == 0 then return end
-  if may_forward and dead_letters(policy, gen) then
-    forward(seq, gen, gen)
+  local attempts = attempts_of(gen)
+  if may_forward and dead_letters(policy, attempts) then
+    forward(seq, gen, attempts)
   else
-    lease(seq, gen + 1, size, gen + 1)
+    lease(seq, gen + 1, size, attempts + 1)
   end
 end
 
@@ -144,19 +145,20 @@ local function deliver_key(key)
         break
       end
       local size = stored_size(seq)
-      if size > 0 and may_forward and dead_letters(policy, gen - uncounted) then
+      local attempts = attempts_of(gen) - uncounted
+      if size > 0 and may_forward and dead_letters(policy, attempts) then
         -- Only the key's oldest message is forwarded; the key waits until it is.
         if outstanding == 0 then
           delivered[#delivered + 1] = seq
           delivered[#delivered + 1] = keyed_delivery(gen, 'f', key, uncounted)
-          forward(seq, gen, gen - uncounted)
+          forward(seq, gen, attempts)
           outstanding = 1
         end
         break
       elseif size > 0 then
         delivered[#delivered + 1] = seq
         delivered[#delivered + 1] = keyed_delivery(gen + 1, 'o', key, uncounted)
-        lease(seq, gen + 1, size, gen + 1 - uncounted)
+        lease(seq, gen + 1, size, attempts + 1)
         outstanding = outstanding + 1
       else
         gone[#gone + 1] = member
@@ -182,7 +184,7 @@ for _, member in ipairs(unfinished) do
   local seq, gen = split_entry(member)
   local info = redis.call('HGET', keys.deliveries, seq)
   local uncounted = info and select(4, split_keyed_delivery(info)) or 0
-  forward(seq, gen, gen - uncounted)
+  forward(seq, gen, attempts_of(gen) - uncounted)
 end
 
 -- Work whose backoff has ended goes to the front of the ready list, the earliest first.
@@ -205,7 +207,7 @@ for i = 1, #expired, 2 do
   local info = redis.call('HGET', keys.deliveries, seq)
   if not info then
     redis.call('ZREM', leased_key, member)
-    local available_at = deadline + backoff_us(policy, gen)
+    local available_at = deadline + backoff_us(policy, attempts_of(gen))
     if available_at > now then
       redis.call('ZADD', keys.delayed, available_at, member)
     elseif has_room() then

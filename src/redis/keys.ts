@@ -50,6 +50,10 @@ export class Keys {
   get pendingCleanups(): string {
     return this.meta('pending-cleanups');
   }
+  /** Topic incarnations whose log may hold messages (SET of uids): the janitor expires their logs. */
+  get retainingTopics(): string {
+    return this.meta('retaining-topics');
+  }
   topicSubscriptions(topicUid: string): string {
     return this.meta(`topic-subscriptions:${topicUid}`);
   }
@@ -110,6 +114,17 @@ export class TopicKeys {
   get forwarded(): string {
     return `${this.base}:forwarded`;
   }
+  /**
+   * The retained log: body blocks whose every message holds one reference for retention (ZSET
+   * block -> the latest publish time in it, µs).
+   */
+  get log(): string {
+    return `${this.base}:log`;
+  }
+  /** Who makes the topic retain acknowledged messages (HASH subscription uid -> retention, µs). */
+  get retainers(): string {
+    return `${this.base}:retainers`;
+  }
   subscription(subscriptionUid: string): SubscriptionKeys {
     const base = `${this.base}:s:${subscriptionUid}`;
     return {
@@ -121,6 +136,7 @@ export class TopicKeys {
       keyed: `${base}:keyed`,
       keyedDeliveries: `${base}:keyed-deliveries`,
       keyStates: `${base}:key-states`,
+      selections: `${base}:selections`,
     };
   }
 }
@@ -139,4 +155,9 @@ export interface SubscriptionKeys {
   keyedDeliveries: string;
   /** Ordered subscriptions only: key -> "q" (queued in the ready list) or outstanding count. */
   keyStates: string;
+  /**
+   * Filtered subscriptions of a retaining topic only: block -> one character per message of the
+   * block, '0' where the filter refused it (absent: it took all of the block's messages).
+   */
+  selections: string;
 }

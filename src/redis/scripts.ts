@@ -33,6 +33,8 @@ export const SCRIPT_NAMES = [
   'put-subscription',
   'mark-cleanup',
   'finish-cleanup',
+  'seek',
+  'expire-log',
 ] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 

@@ -30,4 +30,7 @@ export const modifyAckDeadlineBodySchema = z.strictObject({
 /** DetachSubscription takes no body (its one field is the path): `{}` or nothing. */
 export const detachBodySchema = z.strictObject({});
 
+/** A SeekRequest: `time` (RFC 3339) or `snapshot` (its full name); the broker checks that exactly one is given. */
+export const seekBodySchema = z.strictObject({ time: z.string().optional(), snapshot: z.string().optional() });
+
 export const modifyPushConfigBodySchema = z.strictObject({ pushConfig: pushConfigSchema.optional() });

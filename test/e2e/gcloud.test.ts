@@ -2,7 +2,8 @@
 // endpoint that CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB names, with an access token from a file
 // (the broker checks none). Dead-letter and retry policies set by `subscriptions create` and
 // `update` flags, read back by `describe`; a pull shows deliveryAttempt, and a nack's backoff
-// holds the message back until gcloud's long poll gets it. Skipped where gcloud is not installed.
+// holds the message back until gcloud's long poll gets it; `subscriptions seek --time` purges a
+// backlog. Skipped where gcloud is not installed.
 
 import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -118,4 +119,25 @@ t.test('gcloud sets dead-letter and retry policies and pulls with deliveryAttemp
   t.notOk(updated.retryPolicy, 'the retry policy cleared');
   await gcloud('subscriptions', 'update', 'orders-sub', '--clear-dead-letter-policy');
   t.notOk((await gcloud('subscriptions', 'describe', 'orders-sub')).deadLetterPolicy, 'the dead-letter policy cleared');
+
+  // The usual way to empty a backlog: a seek to a time after it.
+  await gcloud('subscriptions', 'create', 'purged-sub', '--topic', 'orders');
+  await gcloud('topics', 'publish', 'orders', '--message', 'backlog');
+  const pullNow = async () =>
+    JSON.parse(
+      (
+        await b.app.inject({
+          method: 'POST',
+          url: '/v1/projects/p/subscriptions/purged-sub:pull',
+          payload: { maxMessages: 10, returnImmediately: true },
+        })
+      ).body,
+    );
+  t.equal((await pullNow()).receivedMessages?.length, 1, 'a backlog of one');
+  await run(
+    'gcloud',
+    ['pubsub', 'subscriptions', 'seek', 'purged-sub', `--time=${new Date(Date.now() + 60_000).toISOString()}`],
+    { env },
+  );
+  t.same(await pullNow(), {}, 'gcloud subscriptions seek --time purges it');
 });

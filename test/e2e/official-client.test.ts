@@ -402,6 +402,34 @@ t.test('exactly-once ack failures are decoded by the client', async (t) => {
   });
 });
 
+t.test('seek over REST: a time before the publishes replays, a later one purges', async (t) => {
+  const topicId = unique('seek-topic');
+  const subId = unique('seek-sub');
+  const [topic] = await pubsub.createTopic(topicId);
+  const [subscription] = await topic.createSubscription(subId, { retainAckedMessages: true });
+  const before = new Date(Date.now() - 1000);
+  for (const text of ['a', 'b']) await topic.publishMessage({ data: Buffer.from(text) });
+  const first = await pullMessages(subscriptionPath(subId), 2);
+  await subscriber.acknowledge({ subscription: subscriptionPath(subId), ackIds: first.map((m) => m.ackId!) });
+
+  t.strictSame((await subscription.seek(before))[0], {}, 'seek answers {}');
+  const replayed = await pullMessages(subscriptionPath(subId), 2);
+  t.same(
+    replayed.map((m) => Buffer.from(m.message!.data as Uint8Array).toString()).sort(),
+    ['a', 'b'],
+    'both come back',
+  );
+  await subscription.seek(new Date(Date.now() + 1000));
+  const [empty]: [PullResponse, ...unknown[]] = await subscriber.pull({
+    subscription: subscriptionPath(subId),
+    maxMessages: 10,
+    returnImmediately: true,
+  });
+  t.same(empty.receivedMessages ?? [], [], 'a seek to a later time leaves nothing to pull');
+  await subscription.delete();
+  await topic.delete();
+});
+
 t.test('without validateStatus, gax 5 hands back raw GaxiosErrors (why the config sets it)', async (t) => {
   // Documents a client-side limitation, not broker behaviour: the same broker answer (404 with
   // "status": "NOT_FOUND") is decoded only when the auth client's gaxios does not throw first.

@@ -257,7 +257,6 @@ t.test('admin errors carry the canonical gRPC codes', async (t) => {
   const subscription = pubsub.subscription(subId);
   for (const [what, call] of [
     ['createSnapshot', () => subscription.createSnapshot(unique('snap'))],
-    ['seek', () => subscription.seek(new Date())],
     ['getSnapshots', () => pubsub.getSnapshots()],
   ] as const) {
     const error = await rejection(call);

@@ -508,7 +508,6 @@ t.test('exactly-once ack failures carry an ErrorInfo in grpc-status-details-bin'
 t.test('unimplemented RPCs answer UNIMPLEMENTED, naming the method', async (t) => {
   const b = await startGrpcBroker(t);
   for (const [client, service, method, request] of [
-    [b.subscriber, 'Subscriber', 'Seek', { subscription: subName('sub') }],
     [b.subscriber, 'Subscriber', 'CreateSnapshot', { name: `projects/${P}/snapshots/x`, subscription: subName('sub') }],
     [b.subscriber, 'Subscriber', 'GetSnapshot', { snapshot: `projects/${P}/snapshots/x` }],
     [b.subscriber, 'Subscriber', 'ListSnapshots', { project: `projects/${P}` }],

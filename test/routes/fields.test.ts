@@ -156,6 +156,7 @@ t.test('subscriptions: what each declared field is, clients get', async (t) => {
     minBackoffUs: '1500000',
     maxBackoffUs: '20000000',
     maxDeliveryAttempts: '7',
+    retainAcked: '1',
   });
   t.has(config, expected, 'the config hash holds every setting the scripts read');
 });

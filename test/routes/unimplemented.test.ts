@@ -16,7 +16,6 @@ const TOPIC = `projects/${P}/topics/un-topic`;
 /** [HTTP method, path as Pub/Sub's reference writes it, RPC]. */
 const METHODS: [string, string, string][] = [
   ['GET', '/v1/projects/{project}/topics/{topic}/snapshots', 'Publisher.ListTopicSnapshots'],
-  ['POST', '/v1/projects/{project}/subscriptions/{subscription}:seek', 'Subscriber.Seek'],
   ['GET', '/v1/projects/{project}/snapshots', 'Subscriber.ListSnapshots'],
   ['GET', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.GetSnapshot'],
   ['PUT', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.CreateSnapshot'],
@@ -89,7 +88,6 @@ t.test('methods the broker does not implement answer 501 UNIMPLEMENTED', async (
 
   // Bodies as the official clients would send them, where the method takes one.
   const bodies: Record<string, unknown> = {
-    'Subscriber.Seek': { time: '2026-01-01T00:00:00Z' },
     'Subscriber.CreateSnapshot': { subscription: `projects/${P}/subscriptions/un-sub` },
     'IAMPolicy.SetIamPolicy': { policy: { bindings: [] } },
     'IAMPolicy.TestIamPermissions': { permissions: ['pubsub.topics.get'] },
@@ -106,7 +104,7 @@ t.test('methods the broker does not implement answer 501 UNIMPLEMENTED', async (
   }
 
   // Nothing changed: the subscription is as created, with no push endpoint, and
-  // the seek released nothing (the message is still leased).
+  // the message is still leased.
   t.strictSame(
     await api('GET', `/v1/projects/${P}/subscriptions/un-sub`),
     { status: 200, body: subscriptionBody(P, 'un-sub', TOPIC) },

@@ -83,7 +83,7 @@ export async function attachSubscription(
 ): Promise<'attached' | 'topic-deleted'> {
   const reply = await scripts.run(
     'attach-subscription',
-    [data.state, data.attached, data.subscription(call.subscriptionUid).config],
+    [data.state, data.attached, data.subscription(call.subscriptionUid).config, data.retainers],
     [call.time, call.subscriptionUid, `${call.ordered ? '1' : '0'}${call.filter ?? ''}`, call.version, ...call.config],
   );
   if (reply === REPLY_OK) return 'attached';
@@ -116,6 +116,8 @@ export async function dropSubscription(
       sub.keyStates,
       sub.delayed,
       sub.forwarding,
+      data.retainers,
+      sub.selections,
     ],
     [call.subscriptionUid, call.batch],
   );

@@ -32,6 +32,8 @@ export interface PublishCall {
   stagingKey: string;
   /** A message forwarded from a dead-letter policy: its forward ID, so that it is stored once. */
   forwardId?: string;
+  /** The topic's messageRetentionDuration (µs), when it has one: its messages are kept that long. */
+  topicRetentionUs?: number;
 }
 
 /**
@@ -65,12 +67,12 @@ export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
  */
 export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
   const { bodies, stagingKey } = call;
-  const keys = [data.state, data.bodies, data.refs, stagingKey, data.forwarded];
+  const keys = [data.state, data.bodies, data.refs, stagingKey, data.forwarded, data.log];
   let orderedFlags = '';
   let selections = '';
   for (const { uid, ordered, takes } of call.subscriptions) {
     const sub = data.subscription(uid);
-    keys.push(sub.ready, sub.keyed, sub.keyStates);
+    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections);
     orderedFlags += ordered ? '1' : '0';
     selections += takes ?? '*';
   }
@@ -83,6 +85,7 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     orderedFlags,
     call.forwardId ?? '',
     selections,
+    call.topicRetentionUs ? String(call.topicRetentionUs) : '',
     String(bodies.count),
   ];
   let reply: [number, number?, number?];

@@ -1,0 +1,131 @@
+import { ApiError, invalidArgument, unavailable } from '../errors.ts';
+import { expireLog, seek } from '../redis/calls/retention.ts';
+import type { CallContext } from './call-context.ts';
+import { parseTimestampUs } from './durations.ts';
+import type { ResourceName } from './names.ts';
+import type { SubscriptionRecord, TopicRecord } from './records.ts';
+import type { Region, Regions } from './regions.ts';
+import type { SubscriptionService } from './subscriptions.ts';
+import { topicRetentionUs } from './topic-fields.ts';
+import type { TopicService } from './topics.ts';
+
+/** A SeekRequest: exactly one of `time` (RFC 3339) and `snapshot` (a snapshot's full name). */
+export interface SeekRequest {
+  time?: string;
+  snapshot?: string;
+}
+
+/** How many blocks of a log one expire-log call releases (each up to 1000 bodies). */
+const EXPIRE_BATCH = 20;
+
+/**
+ * Replay: Seek, and the retained log that it replays from. While a topic retains (its own
+ * messageRetentionDuration, or a subscription's retainAckedMessages), publish keeps every
+ * message's body for that long in the topic's log (publish.lua); seek.lua sets a
+ * subscription's acknowledgement state from it; expire-log.lua, run by the janitor, lets go of
+ * what is older than the retention.
+ */
+export class ReplayService {
+  constructor(
+    private readonly regions: Regions,
+    private readonly topics: TopicService,
+    private readonly subscriptions: SubscriptionService,
+  ) {}
+
+  /**
+   * Seeks a subscription to a time in every region (the subscription's messages may be stored in
+   * any of them): what was published at or after it is unacknowledged, the rest acknowledged.
+   */
+  async seek(_caller: CallContext, name: ResourceName, request: SeekRequest): Promise<void> {
+    const hasTime = request.time !== undefined && request.time !== '';
+    const hasSnapshot = request.snapshot !== undefined && request.snapshot !== '';
+    if (hasTime === hasSnapshot) {
+      throw invalidArgument('A seek needs exactly one of "time" and "snapshot".');
+    }
+    if (hasSnapshot) {
+      throw new ApiError('UNIMPLEMENTED', 'Seeking to a snapshot is not implemented by this broker yet.');
+    }
+    const targetUs = parseTimestampUs(request.time as string, 'time');
+    const record = await this.subscriptions.readForDelivery(name);
+    const topic = await this.liveTopic(record);
+    const unusable = this.regions.all.find((region) => !region.usable);
+    if (unusable) throw unavailable(`The message store of region ${unusable.name} cannot be reached; retry the seek.`);
+    for (const region of this.regions.all) await this.seekIn(region, record, topic, targetUs);
+  }
+
+  private async seekIn(
+    region: Region,
+    record: SubscriptionRecord,
+    topic: TopicRecord | undefined,
+    targetUs: number,
+  ): Promise<void> {
+    const { ctx } = region;
+    await seek(ctx.scripts, ctx.keys.topicData(record.topicUid), record.uid, {
+      time: ctx.clock.scriptTime(),
+      targetUs,
+      topicRetentionUs: topic && topicRetentionUs(topic),
+      filtered: record.filter !== undefined,
+      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+    });
+  }
+
+  /** The subscription's topic, unless it was deleted (a new topic of the name is another incarnation). */
+  private async liveTopic(record: SubscriptionRecord): Promise<TopicRecord | undefined> {
+    const topic = await this.topics.find(record.topic);
+    return topic?.uid === record.topicUid ? topic : undefined;
+  }
+
+  /**
+   * One pass over the logs of the topics that retain (or did), in every usable region: what is
+   * older than the retention is let go, in bounded batches. A topic whose log is empty and that
+   * retains nothing any more leaves the list; topics that never retained cost nothing here.
+   */
+  async expireLogs(): Promise<void> {
+    const retaining = await this.retainingTopics();
+    for (const region of this.regions.all) {
+      if (!region.usable) continue;
+      const { redis, keys } = region.ctx;
+      // Announced when they began to retain (control-plane.ts); added again here, so that a list
+      // entry taken out by a pass that raced such an announcement comes back.
+      if (retaining.size > 0) await redis.sadd(keys.retainingTopics, ...retaining.keys());
+      for (const topicUid of await redis.smembers(keys.retainingTopics)) {
+        const retains = await this.expireLogOf(region, topicUid, retaining.get(topicUid));
+        if (!retains && !retaining.has(topicUid)) await redis.srem(keys.retainingTopics, topicUid);
+      }
+    }
+  }
+
+  /**
+   * Lets go of a topic incarnation's log as far as its retention allows (all of it when nothing
+   * retains any more: a deleted topic's, say). Returns whether anything still retains.
+   */
+  async expireLogOf(region: Region, topicUid: string, topicRetention: number | undefined): Promise<boolean> {
+    const { ctx } = region;
+    const data = ctx.keys.topicData(topicUid);
+    const subscriptionUids = await ctx.redis.hkeys(data.attached);
+    for (;;) {
+      const { more, retains } = await expireLog(ctx.scripts, data, {
+        time: ctx.clock.scriptTime(),
+        topicRetentionUs: topicRetention,
+        subscriptionUids,
+        batch: EXPIRE_BATCH,
+      });
+      if (!more) return retains;
+    }
+  }
+
+  /** Topic incarnation uid -> its own retention (µs), of the live topics and subscriptions that retain. */
+  private async retainingTopics(): Promise<Map<string, number | undefined>> {
+    const retaining = new Map<string, number | undefined>();
+    for (const topic of await this.topics.all()) {
+      const retention = topicRetentionUs(topic);
+      if (retention) retaining.set(topic.uid, retention);
+    }
+    for (const subscription of await this.subscriptions.all()) {
+      if (subscription.retainAckedMessages && !subscription.detached && !retaining.has(subscription.topicUid)) {
+        retaining.set(subscription.topicUid, undefined);
+      }
+    }
+    return retaining;
+  }
+}

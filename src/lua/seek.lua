@@ -1,0 +1,219 @@
+--[[
+  seek: sets a subscription's acknowledgement state from a publish time, as Pub/Sub's Seek to a
+  time does: every message the subscription retains that was published at or after the target
+  is unacknowledged, every one before it acknowledged. It retains its unacknowledged messages
+  (younger than its retention) and, from the topic's log (while the topic retains), the messages
+  it took since it was created, when it retains acknowledged messages or the topic retains
+  (with the topic's own retention, also those from before it was created); a filtered
+  subscription only those its filter took, as the selections publish wrote say. Outstanding
+  leases end: the messages still unacknowledged are available at once, in publish order (with
+  ordering, each key from its oldest message on).
+  KEYS[1]    subscription config (HASH retentionUs, startSeq, ordered, retainAcked, ...)
+  KEYS[2]    ready list
+  KEYS[3]    leases
+  KEYS[4]    delayed
+  KEYS[5]    forwarding
+  KEYS[6]    keyed ZSET
+  KEYS[7]    keyed deliveries
+  KEYS[8]    key states
+  KEYS[9]    selections (HASH block -> taken flags; filtered subscriptions only)
+  KEYS[10]   prefix of the body block keys (see body_location in prelude.lua)
+  KEYS[11]   body reference counts
+  KEYS[12]   the topic's retained log (ZSET block -> latest publish time in it, µs)
+  ARGV[1]    time override in microseconds, or ''
+  ARGV[2]    the target publish time (µs)
+  ARGV[3]    the topic's messageRetentionDuration in µs, or '' when it has none
+  ARGV[4]    '1' when the subscription has a filter, else ''
+  ARGV[5]    wake channel (published to when messages are available after the seek)
+  Returns    {REPLY_OK, unacked}: how many messages are unacknowledged after the seek
+             {REPLY_NO_SUBSCRIPTION}   the subscription does not exist here
+  Invariant: the invariants of SCHEMA.md hold after the seek as before it: every unacknowledged
+             message is in exactly one place (`ready`, or `keyed` with its key queued) and
+             holds one body reference, and the ones it no longer holds are released. A message
+             that was delivered keeps its generation (a lease the seek ended counts as a
+             delivery attempt, but is uncounted on a keyed message, as a cascade's), and one
+             that comes back acknowledged starts a new epoch of generations, so no ack ID from
+             before the seek matches a later delivery of it. Its cost is bounded by the
+             messages it holds before and after, and the blocks of the log it reads.
+]]
+local config_key, ready_key, leased_key, delayed_key, forwarding_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local keyed_key, deliveries_key, states_key, selections_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local bodies_prefix, refs_key, log_key = KEYS[10], KEYS[11], KEYS[12]
+local now = now_us(ARGV[1])
+local config = redis.call('HMGET', config_key, 'retentionUs', 'startSeq', 'ordered', 'retainAcked')
+if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
+mark_active(config_key, now)
+local target = tonumber(ARGV[2])
+local topic_retention = tonumber(ARGV[3]) or 0
+local filtered = ARGV[4] == '1'
+local oldest_kept = now - tonumber(config[1])
+-- The log's messages from before the subscription was created are its only through the topic's
+-- own retention; a filter's selections exist only from its creation on.
+local first_own = (topic_retention > 0 and not filtered) and 0 or tonumber(config[2] or '0')
+local ordered = config[3] == '1'
+-- Acknowledged messages are the subscription's to replay only while it retains them, or the
+-- topic does.
+local replays_log = config[4] == '1' or topic_retention > 0
+
+-- What the subscription holds now: seq -> the generation it was last delivered as (0: never),
+-- and for keyed messages how many of those deliveries were uncounted.
+local held, uncounted = {}, {}
+local function hold(entry)
+  if string.sub(entry, 1, 2) == 'k:' then return end
+  local seq, gen = split_entry(entry)
+  if (held[seq] or -1) < gen then held[seq] = gen end
+end
+for _, entry in ipairs(redis.call('LRANGE', ready_key, 0, -1)) do hold(entry) end
+for _, set in ipairs({ delayed_key, leased_key, forwarding_key }) do
+  for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do hold(entry) end
+end
+if ordered then
+  for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do hold(keyed_member_seq(member)) end
+  local deliveries = redis.call('HGETALL', deliveries_key)
+  for i = 1, #deliveries, 2 do
+    local seq = deliveries[i]
+    local gen, state, _, cut = split_keyed_delivery(deliveries[i + 1])
+    held[seq] = gen
+    -- A keyed lease the seek ends was cut short, as by a cascade.
+    uncounted[seq] = state == 'o' and cut + 1 or cut
+  end
+end
+redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key)
+
+-- The blocks to read: those of the messages held, and the log's that hold messages published at
+-- or after the target (a block's score is its latest publish time).
+local blocks, logged = {}, {}
+local function add_block(block)
+  if not blocks[block] then
+    blocks[block] = true
+    blocks[#blocks + 1] = block
+  end
+end
+for seq in pairs(held) do add_block(string.sub(seq, 1, -4)) end
+for _, block in ipairs(replays_log and redis.call('ZRANGEBYSCORE', log_key, target, '+inf') or {}) do
+  if (tonumber(block) + 1) * SEQS_PER_BLOCK > first_own then
+    logged[block] = true
+    add_block(block)
+  end
+end
+local order = {}
+for i = 1, #blocks do order[i] = blocks[i] end
+table.sort(order, function(a, b) return tonumber(a) < tonumber(b) end)
+
+-- The ordering key stored in a body (see message-codec.ts), or nil.
+local function ordering_key_of(body)
+  local b1, b2, b3, b4 = string.byte(body, 17, 20)
+  local length = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  if length == 0 then return nil end
+  local key = cjson.decode(string.sub(body, 21, 20 + length))[2]
+  if key == '' then return nil end
+  return key
+end
+
+-- A message acknowledged before comes back in a new epoch of generations (see GEN_EPOCH).
+local epoch_gen
+local function next_epoch()
+  epoch_gen = epoch_gen or redis.call('HINCRBY', config_key, 'epoch', 1) * GEN_EPOCH
+  return epoch_gen
+end
+
+local unacked, queued_keys = 0, {}
+local ready, keyed, deliveries, taken_again, released = {}, {}, {}, {}, {}
+local function flush(force)
+  if #ready >= 1000 or (force and #ready > 0) then
+    redis.call('RPUSH', ready_key, unpack(ready))
+    ready = {}
+  end
+  if #keyed >= 2000 or (force and #keyed > 0) then
+    redis.call('ZADD', keyed_key, unpack(keyed))
+    keyed = {}
+  end
+  if #deliveries >= 2000 or (force and #deliveries > 0) then
+    redis.call('HSET', deliveries_key, unpack(deliveries))
+    deliveries = {}
+  end
+end
+
+local function unack(seq, gen, body)
+  unacked = unacked + 1
+  local key = ordered and ordering_key_of(body)
+  if key then
+    keyed[#keyed + 1] = 0
+    keyed[#keyed + 1] = keyed_member(key, seq)
+    if gen > 0 then
+      deliveries[#deliveries + 1] = seq
+      deliveries[#deliveries + 1] = keyed_delivery(gen, 'w', key, uncounted[seq] or 0)
+    end
+    if not queued_keys[key] then
+      queued_keys[key] = true
+      redis.call('HSET', states_key, key, 'q')
+      ready[#ready + 1] = 'k:' .. key
+    end
+  else
+    ready[#ready + 1] = gen > 0 and (seq .. ':' .. gen) or seq
+  end
+  flush(false)
+end
+
+for _, block in ipairs(order) do
+  local block_key = bodies_prefix .. block
+  local bodies = {}
+  local flags
+  if logged[block] then
+    local fields = redis.call('HGETALL', block_key)
+    for i = 1, #fields, 2 do bodies[fields[i]] = fields[i + 1] end
+    if filtered then flags = redis.call('HGET', selections_key, block) end
+  else
+    local wanted = {}
+    for i = 0, SEQS_PER_BLOCK - 1 do
+      local field = string.format('%03d', i)
+      if held[block .. field] then wanted[#wanted + 1] = field end
+    end
+    local found = redis.call('HMGET', block_key, unpack(wanted))
+    for i, field in ipairs(wanted) do bodies[field] = found[i] or nil end
+  end
+  for i = 0, SEQS_PER_BLOCK - 1 do
+    local field = string.format('%03d', i)
+    local body = bodies[field]
+    if body then
+      local seq = block .. field
+      local gen = held[seq]
+      local its = gen ~= nil
+        or (logged[block] and tonumber(seq) >= first_own and (not flags or string.byte(flags, i + 1) ~= 48))
+      if its then
+        local stamp = tonumber(string.sub(body, 1, 16))
+        if stamp >= target and stamp >= oldest_kept then
+          if gen == nil then
+            taken_again[#taken_again + 1] = seq
+            gen = next_epoch()
+          end
+          unack(seq, gen, body)
+        elseif gen ~= nil then
+          released[#released + 1] = seq
+        end
+      end
+    end
+  end
+end
+flush(true)
+
+-- Each message taken again holds one more body reference (the log holds one already: an
+-- absent count means 1); each one acknowledged by the seek gives its reference back.
+for start = 1, #taken_again, 1000 do
+  local chunk = {}
+  for i = start, math.min(start + 999, #taken_again) do chunk[#chunk + 1] = taken_again[i] end
+  local counts = redis.call('HMGET', refs_key, unpack(chunk))
+  local updates = {}
+  for i, seq in ipairs(chunk) do
+    updates[#updates + 1] = seq
+    updates[#updates + 1] = (tonumber(counts[i]) or 1) + 1
+  end
+  redis.call('HSET', refs_key, unpack(updates))
+end
+for start = 1, #released, 1000 do
+  local chunk = {}
+  for i = start, math.min(start + 999, #released) do chunk[#chunk + 1] = released[i] end
+  release_bodies(bodies_prefix, refs_key, chunk)
+end
+if unacked > 0 then redis.call('PUBLISH', ARGV[5], '1') end
+return {REPLY_OK, unacked}
