@@ -26,6 +26,7 @@ export interface SubscriptionSpec {
   filter?: string;
   deadLetterPolicy?: { deadLetterTopic: string; maxDeliveryAttempts: number };
   retryPolicy?: { minimumBackoff: string; maximumBackoff: string };
+  retainAckedMessages?: boolean;
 }
 
 /** A message as :pull (and streaming pull) returns it. */
@@ -53,6 +54,7 @@ export async function createTopic(
       ...(sub.filter ? { filter: sub.filter } : {}),
       ...(sub.deadLetterPolicy ? { deadLetterPolicy: sub.deadLetterPolicy } : {}),
       ...(sub.retryPolicy ? { retryPolicy: sub.retryPolicy } : {}),
+      ...(sub.retainAckedMessages ? { retainAckedMessages: true } : {}),
     });
   }
 }

@@ -6,8 +6,8 @@
  *   BENCH_MEMORY_MESSAGES   messages retained for the memory figure (default 50000)
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
- *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, push,
- *                           memory, bullmq, ordered, streaming, regions, clients (default all)
+ *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
+ *                           push, memory, bullmq, ordered, streaming, regions, clients (default all)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -21,7 +21,9 @@
  *   BENCH_CLIENT_RECEIVE_ROUNDS  rounds of the streaming receives behind the gRPC/WebSocket CPU bar,
  *                           alternating; each reports its median round (default 3)
  *   BENCH_POLICIES_ROUNDS   rounds of the pull+ack with and without policies, alternating; each
- *                           reports its median round by throughput (default 3)
+ *                           reports its median round by throughput (default 3; also the
+ *                           pull+ack with and without retainAckedMessages)
+ *   BENCH_SEEK_MESSAGES     retained messages the seeks go over (default 1000000)
  *   BENCH_BROKER_NODE_ARGS  extra node flags for the broker child, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
  *   BENCH_BROKER_ENTRY      broker entry file (default: the dist/server.mjs bundle that npm start runs; src/server.ts runs through tsx)
  *   BENCH_REDIS_SERVER      redis-server binary (default: redis-server on PATH)
@@ -37,6 +39,7 @@ export const WORKLOAD_NAMES = [
   'publish2',
   'filters',
   'policies',
+  'replay',
   'push',
   'memory',
   'bullmq',
@@ -65,6 +68,7 @@ export interface BenchConfig {
   clientPublishWindow: number;
   clientReceiveRounds: number;
   policiesRounds: number;
+  seekMessages: number;
   only: Set<WorkloadName>;
   brokerNodeArgs: string[];
   brokerEntry?: string;
@@ -113,6 +117,7 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     clientPublishWindow: positiveInt(env, 'BENCH_CLIENT_PUBLISH_WINDOW', 5000),
     clientReceiveRounds: positiveInt(env, 'BENCH_CLIENT_RECEIVE_ROUNDS', 3),
     policiesRounds: positiveInt(env, 'BENCH_POLICIES_ROUNDS', 3),
+    seekMessages: positiveInt(env, 'BENCH_SEEK_MESSAGES', 1_000_000),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     brokerEntry: env.BENCH_BROKER_ENTRY || undefined,

@@ -2,6 +2,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { MemoryResult, ThroughputResult } from './broker-workloads.ts';
+import { SEEK_PHASES, type SeekResult } from './replay-workloads.ts';
 import type { LatencySummary } from './stats.ts';
 
 /** CPU seconds each process spent during one workload, and Redis' own command timing. */
@@ -38,6 +39,7 @@ export interface BenchResults {
   workloads: Record<string, ThroughputResult>;
   ratios: Record<string, number | null>;
   memory?: Omit<MemoryResult, 'publish'>;
+  replay?: SeekResult;
   broker: {
     entry: string;
     maxRssBytes: number;
@@ -62,6 +64,8 @@ export const KEYS = {
   pullEo: 'pull+ack (exactly-once)',
   pullNoPolicies: 'pull+ack (no policies)',
   pullPolicies: 'pull+ack (dead-letter + retry policy)',
+  pullNotRetained: 'pull+ack (acked messages not retained)',
+  pullRetained: 'pull+ack (retainAckedMessages)',
   push: 'push to a 204 endpoint, end-to-end',
   bullAdd: 'BullMQ addBulk',
   bullProcess: 'BullMQ Worker process',
@@ -164,6 +168,7 @@ const BARS = {
   filteredShare: 1,
   grpcReceive: 15_000,
   policiesShare: 0.9,
+  retainedShare: 0.85,
   push: 10_000,
 };
 
@@ -187,6 +192,10 @@ export function computeRatios(results: BenchResults): void {
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
     'pull+ack with policies / without': ratio(rate(results, KEYS.pullPolicies), rate(results, KEYS.pullNoPolicies)),
+    'pull+ack retaining acked messages / not': ratio(
+      rate(results, KEYS.pullRetained),
+      rate(results, KEYS.pullNotRetained),
+    ),
     'filtered fan-out publish / fan-out publish': ratio(
       rate(results, KEYS.publishFiltered),
       rate(results, KEYS.publishFanout),
@@ -330,6 +339,22 @@ export function computeBars(results: BenchResults): void {
     '>= 0.90x',
     [KEYS.pullPolicies, KEYS.pullNoPolicies],
   );
+  atLeast(
+    'pull+ack, retainAckedMessages vs not',
+    results.ratios['pull+ack retaining acked messages / not'],
+    BARS.retainedShare,
+    times,
+    '>= 0.85x',
+    [KEYS.pullRetained, KEYS.pullNotRetained],
+  );
+  below(
+    'Redis bytes per retained acked message vs per unacked one',
+    results.replay && results.replay.bytesPerRetainedAcked / results.replay.bytesPerUnacked,
+    1,
+    times,
+    '<= 1.00x',
+    true,
+  );
   atLeast('push delivery end-to-end', rate(results, KEYS.push), BARS.push, fmtRate, '>= 10,000 msg/s', [KEYS.push]);
   below(
     'broker CPU per streamed message, gRPC vs WebSocket',
@@ -394,6 +419,7 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
     [KEYS.publishFiltered]: fmtRatio(results.ratios['filtered fan-out publish / fan-out publish'], 'unfiltered'),
     [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
+    [KEYS.pullRetained]: fmtRatio(results.ratios['pull+ack retaining acked messages / not'], 'not retained'),
   };
   for (const [key, w] of Object.entries(results.workloads)) {
     const kinds = Object.entries(w.latency) as [string, LatencySummary][];
@@ -486,6 +512,27 @@ export function renderReport(results: BenchResults): string {
       `  MEMORY USAGE per message: ${Object.entries(m.breakdownBytesPerMessage)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
+    );
+  }
+
+  if (results.replay) {
+    const r = results.replay;
+    const cpu = (phase: string) => {
+      const c = results.cpu[phase];
+      return c ? `, broker CPU ${c.brokerCpuSeconds.toFixed(2)} s, Redis CPU ${c.redisCpuSeconds.toFixed(2)} s` : '';
+    };
+    out.push('');
+    out.push(
+      `Replay over ${int(r.messages)} retained messages of 1 KB (retainAckedMessages): Redis used_memory ` +
+        `${r.bytesPerUnacked.toFixed(1)} B/message unacknowledged, ${r.bytesPerRetainedAcked.toFixed(1)} B/message acknowledged and retained`,
+    );
+    out.push(
+      `  seek back to before the first publish: ${r.replaySeconds.toFixed(2)} s${cpu(SEEK_PHASES.replay)}; ` +
+        `${int(r.unackedAfterReplay)} unacknowledged after it`,
+    );
+    out.push(
+      `  seek to a later time (purge): ${r.purgeSeconds.toFixed(2)} s${cpu(SEEK_PHASES.purge)}; ` +
+        `${int(r.unackedAfterPurge)} unacknowledged after it`,
     );
   }
 

@@ -18,6 +18,7 @@ import {
 } from './broker-workloads.ts';
 import { messageOrigin } from '../src/broker/message-ids.ts';
 import { pushWorkload } from './push-workloads.ts';
+import { seekWorkload } from './replay-workloads.ts';
 import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from './client-workloads.ts';
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
@@ -704,36 +705,21 @@ async function main(): Promise<void> {
     };
 
     /**
-     * Pull+ack on a subscription with a dead-letter and a retry policy against one without, both
-     * of one topic: every round publishes a backlog both get, then drains the two, in alternating
-     * order; each keeps its median round by throughput.
+     * Pull+ack drains compared in one run: each of BENCH_POLICIES_ROUNDS rounds publishes a
+     * backlog to every drain's topic, then drains them in alternating order; each keeps its
+     * median round by throughput.
      */
-    const policiesWorkload = async () => {
-      const topicId = 'bench-policies';
-      const deadLetterTopic = `${topicId}-dead-letters`;
-      const plain = `${topicId}-none`;
-      const withPolicies = `${topicId}-dead-letter-retry`;
-      await createTopic(client, deadLetterTopic, []);
-      await createTopic(client, topicId, [
-        { id: plain },
-        {
-          id: withPolicies,
-          deadLetterPolicy: {
-            deadLetterTopic: `projects/${PROJECT}/topics/${deadLetterTopic}`,
-            maxDeliveryAttempts: 5,
-          },
-          retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' },
-        },
-      ]);
-      const drains = [
-        { key: KEYS.pullNoPolicies, subscriptionId: plain },
-        { key: KEYS.pullPolicies, subscriptionId: withPolicies },
-      ];
+    const alternatingDrains = async (
+      label: string,
+      drains: { key: string; topicId: string; subscriptionId: string }[],
+    ) => {
       const repeats = (key: string) =>
         Array.from({ length: config.policiesRounds - 1 }, (_, i) => `${key} (round ${i + 2})`);
       for (let round = 0; round < config.policiesRounds; round++) {
-        log(`policies round ${round + 1}: publishing ${messages} messages...`);
-        await publishMessages(`policies round ${round + 1}`, topicId);
+        for (const topicId of new Set(drains.map((drain) => drain.topicId))) {
+          log(`${label} round ${round + 1}: publishing ${messages} messages to ${topicId}...`);
+          await publishMessages(`${label} round ${round + 1}`, topicId);
+        }
         for (const { key, subscriptionId } of round % 2 === 0 ? drains : [...drains].reverse()) {
           const phase = round === 0 ? key : repeats(key)[round - 1];
           record(
@@ -753,8 +739,67 @@ async function main(): Promise<void> {
         }
       }
       for (const { key } of drains) keepMedianRound(results, key, repeats(key), 'msgPerSec');
+    };
+
+    /** Pull+ack on a subscription with a dead-letter and a retry policy against one without, both of one topic. */
+    const policiesWorkload = async () => {
+      const topicId = 'bench-policies';
+      const deadLetterTopic = `${topicId}-dead-letters`;
+      const plain = `${topicId}-none`;
+      const withPolicies = `${topicId}-dead-letter-retry`;
+      await createTopic(client, deadLetterTopic, []);
+      await createTopic(client, topicId, [
+        { id: plain },
+        {
+          id: withPolicies,
+          deadLetterPolicy: {
+            deadLetterTopic: `projects/${PROJECT}/topics/${deadLetterTopic}`,
+            maxDeliveryAttempts: 5,
+          },
+          retryPolicy: { minimumBackoff: '10s', maximumBackoff: '600s' },
+        },
+      ]);
+      await alternatingDrains('policies', [
+        { key: KEYS.pullNoPolicies, topicId, subscriptionId: plain },
+        { key: KEYS.pullPolicies, topicId, subscriptionId: withPolicies },
+      ]);
       await deleteTopic(client, topicId, [plain, withPolicies]);
       await deleteTopic(client, deadLetterTopic, []);
+    };
+
+    /**
+     * Replay: pull+ack with retainAckedMessages against without (two topics: the log is the
+     * topic's), then seeks over a backlog of BENCH_SEEK_MESSAGES retained messages.
+     */
+    const replayWorkload = async () => {
+      const drains = [
+        { key: KEYS.pullNotRetained, topicId: 'bench-replay-none', subscriptionId: 'bench-replay-none' },
+        { key: KEYS.pullRetained, topicId: 'bench-replay-retained', subscriptionId: 'bench-replay-retained' },
+      ];
+      for (const { topicId, subscriptionId, key } of drains) {
+        await createTopic(client, topicId, [{ id: subscriptionId, retainAckedMessages: key === KEYS.pullRetained }]);
+      }
+      await alternatingDrains('replay', drains);
+      for (const { topicId, subscriptionId } of drains) await deleteTopic(client, topicId, [subscriptionId]);
+      results.replay = await seekWorkload({
+        client,
+        admin,
+        keyPrefix: KEY_PREFIX,
+        messages: roundToBatch(config.seekMessages),
+        publish: (workload, topicId, count) => publishMessages(workload, topicId, count),
+        drain: (workload, subscriptionId, count) =>
+          pullAckWorkload({
+            workload,
+            client,
+            subscriptionId,
+            messages: count,
+            maxMessages: config.pullMax,
+            concurrency: c,
+            timeoutMs: config.timeoutMs,
+          }),
+        measure,
+        log,
+      });
     };
 
     // Warm-up: JIT, connection pools, script cache. Not reported.
@@ -833,6 +878,7 @@ async function main(): Promise<void> {
       }
     }
     if (runs('policies')) await policiesWorkload();
+    if (runs('replay')) await replayWorkload();
     if (runs('push')) {
       record(
         KEYS.push,

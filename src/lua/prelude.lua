@@ -24,6 +24,10 @@ local function now_us(override)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- How far a publish time may lie behind and ahead of the publish script's clock (publish.lua):
+-- no message is stamped later than STAMP_MAX_AHEAD_US after the time it was stored.
+local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
+
 -- Records that the subscription was used now (its expirationPolicy counts from this).
 local function mark_active(config_key, now)
   redis.call('HSET', config_key, 'activeAt', string.format('%.0f', now))

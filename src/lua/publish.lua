@@ -53,7 +53,6 @@
              the log only if every message of it holds that reference (expire-log releases them).
 ]]
 local state_key, bodies_prefix, refs_key, staging_key, forwarded_key, log_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
 -- A forward ID's mark outlives by far any forwarder still at work on it (src/broker/dead-letters.ts).
 local FORWARD_MARK_KEPT_US = 24 * 3600 * 1000000
 local FIRST_BODY_ARG = 11

@@ -100,6 +100,23 @@ local order = {}
 for i = 1, #blocks do order[i] = blocks[i] end
 table.sort(order, function(a, b) return tonumber(a) < tonumber(b) end)
 
+-- A block whose every message was published before the target needs no reading: with a target
+-- beyond any publish time yet (the purge; see STAMP_MAX_AHEAD_US), or a logged block whose
+-- latest publish time is before it.
+local purge = target > now + STAMP_MAX_AHEAD_US
+local latest = {}
+if not purge then
+  for start = 1, #order, 1000 do
+    local chunk = {}
+    for i = start, math.min(start + 999, #order) do chunk[#chunk + 1] = order[i] end
+    local scores = redis.call('ZMSCORE', log_key, unpack(chunk))
+    for i, block in ipairs(chunk) do latest[block] = scores[i] and tonumber(scores[i]) or nil end
+  end
+end
+local function all_before(block)
+  return purge or (latest[block] ~= nil and latest[block] < target)
+end
+
 -- The ordering key stored in a body (see message-codec.ts), or nil.
 local function ordering_key_of(body)
   local b1, b2, b3, b4 = string.byte(body, 17, 20)
@@ -155,7 +172,9 @@ local function unack(seq, gen, body)
   flush(false)
 end
 
-for _, block in ipairs(order) do
+-- Reads a block's bodies (the held ones, or all of a logged block) and takes each of the
+-- subscription's messages published at or after the target.
+local function read_block(block)
   local block_key = bodies_prefix .. block
   local bodies = {}
   local flags
@@ -193,6 +212,17 @@ for _, block in ipairs(order) do
         end
       end
     end
+  end
+end
+
+for _, block in ipairs(order) do
+  if all_before(block) then
+    for i = 0, SEQS_PER_BLOCK - 1 do
+      local seq = block .. string.format('%03d', i)
+      if held[seq] then released[#released + 1] = seq end
+    end
+  else
+    read_block(block)
   end
 end
 flush(true)

@@ -224,7 +224,7 @@ for (const target of redisTargets()) {
           choice === 0 && messages.length > 0
             ? random.pick(messages).publishUs
             : choice === 1
-              ? now + US
+              ? now + random.int(0, 3) * US
               : choice === 2
                 ? now - RETENTION_S * 2 * US
                 : now - random.int(0, RETENTION_S) * US;
