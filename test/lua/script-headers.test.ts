@@ -45,6 +45,7 @@ import {
   touchSubscription,
 } from '../../src/redis/calls/delivery.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
+import { expireLog, seek } from '../../src/redis/calls/retention.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { SCRIPT_NAMES, type ScriptName, Scripts, listScriptFiles } from '../../src/redis/scripts.ts';
 
@@ -348,14 +349,14 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'publish, bodies in the call, two subscriptions',
     reply: published,
-    moreKeys: 2 * 3, // three per attached subscription
+    moreKeys: 2 * 4, // four per attached subscription
     moreArgv: 2, // the bodies
     call: (scripts) => publish(scripts, data, publishCall(false, twoSubscriptions)),
   },
   {
     what: 'publish, staged bodies, two subscriptions',
     reply: published,
-    moreKeys: 2 * 3,
+    moreKeys: 2 * 4,
     call: (scripts) => publish(scripts, data, publishCall(true, twoSubscriptions)),
   },
   {
@@ -439,6 +440,24 @@ const wrapperCases: WrapperCase[] = [
     call: (scripts) => markCleanup(scripts, keys, { time, ref: 'a/b/c' }),
   },
   { what: 'finish-cleanup', reply: codes.REPLY_OK, call: (scripts) => finishCleanup(scripts, keys, { ref: 'a/b/c' }) },
+  {
+    what: 'seek',
+    reply: [codes.REPLY_OK, 3],
+    call: (scripts) =>
+      seek(scripts, data, 'fedcba9876543210', { time, targetUs: 1_000_000, filtered: true, wakeChannel }),
+  },
+  {
+    what: 'expire-log',
+    reply: [codes.REPLY_OK, 1, 0, 1],
+    moreKeys: 2, // the selections of two attached subscriptions
+    call: (scripts) =>
+      expireLog(scripts, data, {
+        time,
+        topicRetentionUs: 600_000_000,
+        subscriptionUids: ['aaaaaaaaaaaaaaaa', 'bbbbbbbbbbbbbbbb'],
+        batch: 20,
+      }),
+  },
 ];
 
 t.test('each wrapper sends its script the KEYS and ARGV its header declares', async (t) => {
