@@ -11,6 +11,8 @@ const MAX_ATTRIBUTES = 100;
 const MAX_ATTRIBUTE_KEY_BYTES = 256;
 const MAX_ATTRIBUTE_VALUE_BYTES = 1024;
 const MAX_ORDERING_KEY_BYTES = 1024;
+/** A UTF-16 surrogate not paired with another: a string UTF-8 cannot encode (Pub/Sub strings are UTF-8). */
+const LONE_SURROGATE = /\p{Cs}/u;
 
 /** A message to publish, as a front end decoded it. */
 export interface PubsubMessage {
@@ -76,10 +78,18 @@ export function checkPublishRequest(messages: PubsubMessage[], stageFromBytes: n
       if (/^goog/i.test(key) && key !== 'googclient_traceparent') {
         throw invalidArgument(`Message ${index}: attribute key "${key}" uses the reserved prefix "goog".`);
       }
+      if (LONE_SURROGATE.test(key) || LONE_SURROGATE.test(attributes[key])) {
+        throw invalidArgument(
+          `Message ${index}: attribute "${key}" is not valid UTF-8 text (it holds a lone surrogate).`,
+        );
+      }
       totalBytes += keyBytes + valueBytes;
     }
     if (Buffer.byteLength(orderingKey) > MAX_ORDERING_KEY_BYTES) {
       throw invalidArgument(`Message ${index}: the ordering key exceeds ${MAX_ORDERING_KEY_BYTES} bytes.`);
+    }
+    if (LONE_SURROGATE.test(orderingKey)) {
+      throw invalidArgument(`Message ${index}: the ordering key is not valid UTF-8 text (it holds a lone surrogate).`);
     }
     totalBytes += Buffer.byteLength(orderingKey);
     storedBytes += stored.storedBytes;

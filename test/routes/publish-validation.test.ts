@@ -121,6 +121,22 @@ for (const target of redisTargets()) {
           { messages: [{ attributes: { k: repeat('é', 513) } }] },
           msg0('the value of attribute "k" exceeds 1024 bytes.'),
         ],
+        // Strings must be UTF-8 text: a lone surrogate cannot be encoded (JSON escapes it).
+        [
+          'attribute value with a lone surrogate',
+          { messages: [{ data: b64('x'), attributes: { k: 'x\ud800' } }] },
+          msg0('attribute "k" is not valid UTF-8 text (it holds a lone surrogate).'),
+        ],
+        [
+          'attribute key with a lone surrogate',
+          { messages: [{ data: b64('x'), attributes: { '\udc00k': 'v' } }] },
+          msg0('attribute "\udc00k" is not valid UTF-8 text (it holds a lone surrogate).'),
+        ],
+        [
+          'ordering key with a lone surrogate',
+          { messages: [{ data: b64('x'), orderingKey: '\ud83d' }] },
+          msg0('the ordering key is not valid UTF-8 text (it holds a lone surrogate).'),
+        ],
         [
           'attribute key starting with goog',
           { messages: [{ attributes: { googKey: 'v' } }] },
