@@ -1,5 +1,6 @@
 import { RememberedTopics } from './remembered-topics.ts';
 import { cancelForwarding, type Forward, finishForwarding } from '../redis/calls/delivery.ts';
+import { GEN_EPOCH } from '../redis/calls/codes.ts';
 import { formatTimestampUs } from './durations.ts';
 import { unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
@@ -81,7 +82,10 @@ export class DeadLetters {
           attributes: { ...stored.attributes, ...sourceAttributes(source, forward, stored.publishTimeUs) },
           orderingKey: stored.orderingKey,
         };
-        const forwardId = `${record.uid}/${region.name}/${forward.seq}`;
+        // A seek may bring a forwarded message back (in a later generation epoch): forwarded
+        // again, it is stored again.
+        const epoch = Math.floor(forward.generation / GEN_EPOCH);
+        const forwardId = `${record.uid}/${region.name}/${forward.seq}${epoch > 0 ? `/${epoch}` : ''}`;
         if (await this.publisher.forward(topic, target, message, forwardId)) return 'done';
         this.topicsSeen.forget(topic.name);
         return 'cancelled';

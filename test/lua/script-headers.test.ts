@@ -153,7 +153,7 @@ function uses(body: string, table: 'KEYS' | 'ARGV') {
 const luaCodes = Object.fromEntries(
   [
     ...stripComments(readFileSync(`${LUA_DIR}prelude.lua`, 'utf8')).matchAll(
-      /^local ((?:REPLY|DELIVERY)_[A-Z_]+) = (-?\d+)\s*$/gm,
+      /^local ((?:REPLY|DELIVERY)_[A-Z_]+|GEN_EPOCH) = (-?\d+)\s*$/gm,
     ),
   ].map(([, name, value]) => [name, Number(value)]),
 );
@@ -243,7 +243,7 @@ for (const script of scripts) {
 
 // ---- reply codes: prelude.lua and src/redis/calls/codes.ts agree ----
 
-t.test('prelude.lua and src/redis/calls/codes.ts define the same reply codes', async (t) => {
+t.test('prelude.lua and src/redis/calls/codes.ts define the same reply codes and generation epoch', async (t) => {
   const typescript = Object.fromEntries(Object.entries(codes).filter(([, value]) => typeof value === 'number'));
   t.ok(Object.keys(luaCodes).length > 0, 'prelude.lua defines reply codes');
   t.same(luaCodes, typescript, 'the same names, with the same values');

@@ -21,6 +21,12 @@ export const DELIVERY_APPLIED = 1;
 export const DELIVERY_EXPIRED = 2;
 export const DELIVERY_OUT_OF_ORDER = 3;
 
+/**
+ * Generations run in epochs of this many (GEN_EPOCH in prelude.lua): a seek that brings back an
+ * acknowledged message starts it at its subscription's next epoch.
+ */
+export const GEN_EPOCH = 1_048_576;
+
 /** What every script's time argument is: '' to use Redis TIME, else microseconds (Clock.scriptTime). */
 export type ScriptTime = string;
 
