@@ -7,7 +7,8 @@
              field -> body, with a TTL) just before this call (Scripts.runStaged)
   KEYS[5]    messages forwarded here from dead-letter policies (ZSET forward ID -> when stored)
   KEYS[6]    the retained log (ZSET block -> latest publish time in it, µs)
-  KEYS[7..]  four keys per attached subscription, in the order the caller read them:
+  KEYS[7]    the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
+  KEYS[8..]  four keys per attached subscription, in the order the caller read them:
              its ready list, its keyed ZSET and its key states (the two used when ordered),
              and its selections (HASH block -> taken flags, written for a filtered
              subscription while the topic retains)
@@ -81,7 +82,7 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
   return refuse({REPLY_STAMP_REFUSED, now})
 end
 
-local subscriptions = (#KEYS - 6) / 4
+local subscriptions = (#KEYS - 7) / 4
 -- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
 -- of the subscriptions.
 local topic_retention = tonumber(ARGV[9]) or 0
@@ -173,6 +174,7 @@ if logging then
   local block_id = string.format('%d', block)
   redis.call('HSET', state_key, 'logBlock', block_id)
   redis.call('ZADD', log_key, 'GT', stamp, block_id)
+  redis.call('ZADD', KEYS[7], 'LT', stamp, block_id)
 end
 
 -- The seqs subscription s takes (all of them, shared, unless it filters).
@@ -196,11 +198,11 @@ end
 
 local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
 for s = 1, subscriptions do
-  local ready_key, keyed_key, key_states_key = KEYS[4 * s + 3], KEYS[4 * s + 4], KEYS[4 * s + 5]
+  local ready_key, keyed_key, key_states_key = KEYS[4 * s + 4], KEYS[4 * s + 5], KEYS[4 * s + 6]
   local mine = taken(s)
   if logging and takes[s] then
     -- Which messages of the block it took, for a seek back to them (seek.lua).
-    local selections_key, block_id = KEYS[4 * s + 6], string.format('%d', block)
+    local selections_key, block_id = KEYS[4 * s + 7], string.format('%d', block)
     local flags = redis.call('HGET', selections_key, block_id) or string.rep('1', SEQS_PER_BLOCK)
     flags = string.sub(flags, 1, first_field) .. takes[s] .. string.sub(flags, first_field + count + 1)
     redis.call('HSET', selections_key, block_id, flags)

@@ -20,6 +20,7 @@
   KEYS[10]   prefix of the body block keys (see body_location in prelude.lua)
   KEYS[11]   body reference counts
   KEYS[12]   the topic's retained log (ZSET block -> latest publish time in it, µs)
+  KEYS[13]   the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    the target publish time (µs)
   ARGV[3]    the topic's messageRetentionDuration in µs, or '' when it has none
@@ -56,19 +57,27 @@ local ordered = config[3] == '1'
 local replays_log = config[4] == '1' or topic_retention > 0
 
 -- What the subscription holds now: seq -> the generation it was last delivered as (0: never),
--- and for keyed messages how many of those deliveries were uncounted.
-local held, uncounted = {}, {}
+-- for keyed messages their key and how many of those deliveries were uncounted.
+local held, key_of, uncounted = {}, {}, {}
 local function hold(entry)
-  if string.sub(entry, 1, 2) == 'k:' then return end
-  local seq, gen = split_entry(entry)
-  if (held[seq] or -1) < gen then held[seq] = gen end
+  local colon = string.find(entry, ':', 1, true)
+  if not colon then
+    held[entry] = held[entry] or 0
+  elseif colon ~= 2 or string.byte(entry, 1) ~= 107 then -- not a key marker "k:<key>"
+    local seq, gen = string.sub(entry, 1, colon - 1), tonumber(string.sub(entry, colon + 1))
+    if (held[seq] or -1) < gen then held[seq] = gen end
+  end
 end
 for _, entry in ipairs(redis.call('LRANGE', ready_key, 0, -1)) do hold(entry) end
 for _, set in ipairs({ delayed_key, leased_key, forwarding_key }) do
   for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do hold(entry) end
 end
 if ordered then
-  for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do hold(keyed_member_seq(member)) end
+  for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do
+    local seq = keyed_member_seq(member)
+    held[seq] = held[seq] or 0
+    key_of[seq] = string.sub(member, 5, -17)
+  end
   local deliveries = redis.call('HGETALL', deliveries_key)
   for i = 1, #deliveries, 2 do
     local seq = deliveries[i]
@@ -80,8 +89,8 @@ if ordered then
 end
 redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key)
 
--- The blocks to read: those of the messages held, and the log's that hold messages published at
--- or after the target (a block's score is its latest publish time).
+-- The blocks to look at: those of the messages held, and the log's that hold messages published
+-- at or after the target (a block's score is its latest publish time).
 local blocks, logged = {}, {}
 local function add_block(block)
   if not blocks[block] then
@@ -100,30 +109,41 @@ local order = {}
 for i = 1, #blocks do order[i] = blocks[i] end
 table.sort(order, function(a, b) return tonumber(a) < tonumber(b) end)
 
--- A block whose every message was published before the target needs no reading: with a target
--- beyond any publish time yet (the purge; see STAMP_MAX_AHEAD_US), or a logged block whose
--- latest publish time is before it.
-local purge = target > now + STAMP_MAX_AHEAD_US
-local latest = {}
-if not purge then
+-- The publish times the log knows of each block (nil: not logged), read in chunks.
+local function scores_of(key)
+  local scores = {}
   for start = 1, #order, 1000 do
     local chunk = {}
     for i = start, math.min(start + 999, #order) do chunk[#chunk + 1] = order[i] end
-    local scores = redis.call('ZMSCORE', log_key, unpack(chunk))
-    for i, block in ipairs(chunk) do latest[block] = scores[i] and tonumber(scores[i]) or nil end
+    local found = redis.call('ZMSCORE', key, unpack(chunk))
+    for i, block in ipairs(chunk) do scores[block] = found[i] and tonumber(found[i]) or nil end
   end
+  return scores
 end
+-- A block whose every message was published before the target needs no reading: with a target
+-- beyond any publish time yet (the purge; see STAMP_MAX_AHEAD_US), or a logged block whose
+-- latest publish time is before it. Nor does one whose every message was published at or after
+-- it and within the retention, unless the subscription orders (the bodies hold the keys).
+local purge = target > now + STAMP_MAX_AHEAD_US
+local latest = purge and {} or scores_of(log_key)
+local earliest = (purge or ordered) and {} or scores_of(KEYS[13])
 local function all_before(block)
   return purge or (latest[block] ~= nil and latest[block] < target)
 end
+local function all_after(block)
+  local first = earliest[block]
+  return first ~= nil and first >= target and first >= oldest_kept
+end
 
--- The ordering key stored in a body (see message-codec.ts), or nil.
+-- The ordering key stored in a body (see message-codec.ts), or nil. One the broker cannot have
+-- written (the JSON does not decode) counts as none: the seek must not fail half-way.
 local function ordering_key_of(body)
   local b1, b2, b3, b4 = string.byte(body, 17, 20)
   local length = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
   if length == 0 then return nil end
-  local key = cjson.decode(string.sub(body, 21, 20 + length))[2]
-  if key == '' then return nil end
+  local decoded, meta = pcall(cjson.decode, string.sub(body, 21, 20 + length))
+  local key = decoded and type(meta) == 'table' and meta[2]
+  if type(key) ~= 'string' or key == '' then return nil end
   return key
 end
 
@@ -151,9 +171,9 @@ local function flush(force)
   end
 end
 
-local function unack(seq, gen, body)
+-- seq is unacknowledged after the seek; key: its ordering key on an ordered subscription.
+local function unack(seq, gen, key)
   unacked = unacked + 1
-  local key = ordered and ordering_key_of(body)
   if key then
     keyed[#keyed + 1] = 0
     keyed[#keyed + 1] = keyed_member(key, seq)
@@ -172,41 +192,29 @@ local function unack(seq, gen, body)
   flush(false)
 end
 
--- Reads a block's bodies (the held ones, or all of a logged block) and takes each of the
--- subscription's messages published at or after the target.
-local function read_block(block)
-  local block_key = bodies_prefix .. block
-  local bodies = {}
-  local flags
-  if logged[block] then
-    local fields = redis.call('HGETALL', block_key)
-    for i = 1, #fields, 2 do bodies[fields[i]] = fields[i + 1] end
-    if filtered then flags = redis.call('HGET', selections_key, block) end
-  else
-    local wanted = {}
-    for i = 0, SEQS_PER_BLOCK - 1 do
-      local field = string.format('%03d', i)
-      if held[block .. field] then wanted[#wanted + 1] = field end
-    end
-    local found = redis.call('HMGET', block_key, unpack(wanted))
-    for i, field in ipairs(wanted) do bodies[field] = found[i] or nil end
-  end
+-- The fields of a block, '000' … '999'.
+local FIELDS = {}
+for i = 0, SEQS_PER_BLOCK - 1 do FIELDS[i] = string.format('%03d', i) end
+
+-- Takes or releases each of the subscription's messages in a block, in seq order. present:
+-- field -> body (or true where the body was not read: every message of the block is at or after
+-- the target and within the retention); a message is the subscription's if it holds it, or, in
+-- a logged block, from its first own seq on as its filter took it.
+local function settle_block(block, present, flags)
+  local first_field = logged[block] and math.max(0, first_own - tonumber(block) * SEQS_PER_BLOCK) or SEQS_PER_BLOCK
   for i = 0, SEQS_PER_BLOCK - 1 do
-    local field = string.format('%03d', i)
-    local body = bodies[field]
+    local body = present[FIELDS[i]]
     if body then
-      local seq = block .. field
+      local seq = block .. FIELDS[i]
       local gen = held[seq]
-      local its = gen ~= nil
-        or (logged[block] and tonumber(seq) >= first_own and (not flags or string.byte(flags, i + 1) ~= 48))
-      if its then
-        local stamp = tonumber(string.sub(body, 1, 16))
+      if gen ~= nil or (i >= first_field and (not flags or string.byte(flags, i + 1) ~= 48)) then
+        local stamp = body == true and math.huge or tonumber(string.sub(body, 1, 16))
         if stamp >= target and stamp >= oldest_kept then
           if gen == nil then
             taken_again[#taken_again + 1] = seq
             gen = next_epoch()
           end
-          unack(seq, gen, body)
+          unack(seq, gen, ordered and (key_of[seq] or (body ~= true and ordering_key_of(body))) or nil)
         elseif gen ~= nil then
           released[#released + 1] = seq
         end
@@ -218,11 +226,27 @@ end
 for _, block in ipairs(order) do
   if all_before(block) then
     for i = 0, SEQS_PER_BLOCK - 1 do
-      local seq = block .. string.format('%03d', i)
+      local seq = block .. FIELDS[i]
       if held[seq] then released[#released + 1] = seq end
     end
   else
-    read_block(block)
+    local block_key = bodies_prefix .. block
+    local flags = logged[block] and filtered and redis.call('HGET', selections_key, block) or nil
+    local present = {}
+    if logged[block] and all_after(block) then
+      for _, field in ipairs(redis.call('HKEYS', block_key)) do present[field] = true end
+    elseif logged[block] then
+      local fields = redis.call('HGETALL', block_key)
+      for i = 1, #fields, 2 do present[fields[i]] = fields[i + 1] end
+    else
+      local wanted = {}
+      for i = 0, SEQS_PER_BLOCK - 1 do
+        if held[block .. FIELDS[i]] then wanted[#wanted + 1] = FIELDS[i] end
+      end
+      local found = redis.call('HMGET', block_key, unpack(wanted))
+      for i, field in ipairs(wanted) do present[field] = found[i] or nil end
+    end
+    settle_block(block, present, flags or nil)
   end
 end
 flush(true)

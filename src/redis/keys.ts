@@ -121,6 +121,10 @@ export class TopicKeys {
   get log(): string {
     return `${this.base}:log`;
   }
+  /** The log's blocks -> the earliest publish time in each (ZSET, µs): what a seek may skip reading. */
+  get logStart(): string {
+    return `${this.base}:log-start`;
+  }
   /** Who makes the topic retain acknowledged messages (HASH subscription uid -> retention, µs). */
   get retainers(): string {
     return `${this.base}:retainers`;

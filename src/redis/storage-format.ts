@@ -5,21 +5,23 @@ import type { RedisClient } from './client.ts';
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 3 adds to format 2 what retry and dead-letter policies
+ * cannot find is dropped as gone. Format 4 adds the retained log: a body of a logged block holds
+ * one more reference, the log's, which a broker of format 3 would not give it when it publishes
+ * into such a block (SCHEMA.md, `log`); format 3 adds to format 2 what retry and dead-letter policies
  * need (a subscription's `delayed` and `forwarding` sets, uncounted deliveries, backoff ends and
  * forwards in its keyed deliveries, a topic's `forwarded` marks);
  * format 2 keeps bodies in blocks of 1000 seqs (`b:<block>`, SCHEMA.md); before it (format 1,
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '3';
-/** A format this broker reads as it is: claiming such a store records format 3 over it. */
-const SUPERSEDED_FORMAT = '2';
+export const STORAGE_FORMAT = '4';
+/** Formats this broker reads as they are: claiming such a store records format 4 over it. */
+const SUPERSEDED_FORMATS = new Set(['2', '3']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2 holds nothing format 3 reads otherwise: it is
- * claimed (and brokers of format 2 refuse it from then on). A store with no recorded format is
+ * undefined when it may. A store of format 2 or 3 holds nothing format 4 reads otherwise: it is
+ * claimed (and brokers of those formats refuse it from then on). A store with no recorded format is
  * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
  *   - with format-1 bodies (`messages` hashes) it is refused: they must be delivered by the
@@ -33,7 +35,7 @@ const SUPERSEDED_FORMAT = '2';
 export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promise<string | undefined> {
   const recorded = await redis.get(keys.storageFormat);
   if (recorded === STORAGE_FORMAT) return undefined;
-  if (recorded === SUPERSEDED_FORMAT) return recordFormat(redis, keys, 'XX');
+  if (recorded !== null && SUPERSEDED_FORMATS.has(recorded)) return recordFormat(redis, keys, 'XX');
   if (recorded !== null) {
     return `This Redis holds broker data in storage format ${recorded} (key ${keys.storageFormat}); this broker reads format ${STORAGE_FORMAT}. Run the broker version that wrote it.`;
   }
@@ -57,7 +59,7 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
   return recordFormat(redis, keys, 'NX');
 }
 
-/** Records this format (NX: in an unrecorded store; XX: over format 2) and checks that it holds. */
+/** Records this format (NX: in an unrecorded store; XX: over format 2 or 3) and checks that it holds. */
 async function recordFormat(redis: RedisClient, keys: Keys, mode: 'NX' | 'XX'): Promise<string | undefined> {
   // ioredis types SET's condition as a literal, not as a union of them.
   await (mode === 'NX'

@@ -9,7 +9,7 @@
 //     it existed; a filtered subscription gets back only what its filter took;
 //   - with ordering, delivery restarts from each key's oldest unacknowledged message, in order;
 //   - the janitor lets go of retained bodies once they are older than the retention, and of
-//     everything once nothing retains;
+//     everything older than ten minutes once nothing retains;
 //   - requests without exactly one target, with a malformed time, on an unknown subscription:
 //     Pub/Sub's errors, and nothing changes.
 import t, { type Test } from 'tap';
@@ -267,8 +267,43 @@ for (const target of redisTargets()) {
       time: formatTimestampUs(START_US + 10_000_000_000),
     });
     await broker.app.broker.replay.expireLogs();
-    t.equal((await storedBodies(ctx.redis, data)).size, 0, 'once nothing retains, the log lets go of everything');
+    t.equal(
+      (await storedBodies(ctx.redis, data)).size,
+      1,
+      'once nothing retains, a block younger than ten minutes still stays (a retention may be on its way)',
+    );
+    clock.advanceSeconds(601);
+    await broker.app.broker.replay.expireLogs();
+    t.equal((await storedBodies(ctx.redis, data)).size, 0, 'then the log lets go of everything');
     t.same(await ctx.redis.smembers(ctx.keys.retainingTopics), [], 'and the topic leaves the janitor list');
+  });
+
+  t.test(`${target.name}: a message a seek brings back is dead-lettered again`, async (t) => {
+    const { broker } = await setUp(t, target, 'seek-dead-letter');
+    await createTopic(broker, 'dlq-source');
+    await createTopic(broker, 'dlq');
+    await createSubscription(broker, 'dlq', 'dlq');
+    await createSubscription(broker, 'dlq-source', 'dlq-source', {
+      retainAckedMessages: true,
+      deadLetterPolicy: { deadLetterTopic: 'projects/p/topics/dlq', maxDeliveryAttempts: 5 },
+    });
+    await publish(broker, 'dlq-source', ['poison']);
+    const failFiveTimes = async () => {
+      for (let attempt = 1; attempt <= 5; attempt++) {
+        const [delivery] = await pull(broker, 'dlq-source');
+        t.ok(delivery, `delivery attempt ${attempt}`);
+        await broker.api('POST', `${P}/subscriptions/dlq-source:modifyAckDeadline`, {
+          ackIds: [delivery.ackId],
+          ackDeadlineSeconds: 0,
+        });
+      }
+      t.same(await pull(broker, 'dlq-source'), [], 'then it is forwarded instead of delivered');
+    };
+    await failFiveTimes();
+    t.same(texts(await pull(broker, 'dlq')), ['poison'], 'to the dead-letter topic');
+    t.equal((await seekTo(broker, 'dlq-source', START_US)).status, 200);
+    await failFiveTimes();
+    t.same(texts(await pull(broker, 'dlq')), ['poison'], 'brought back by the seek, it is forwarded again');
   });
 
   t.test(`${target.name}: bad seeks are refused and change nothing`, async (t) => {

@@ -67,7 +67,7 @@ export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
  */
 export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
   const { bodies, stagingKey } = call;
-  const keys = [data.state, data.bodies, data.refs, stagingKey, data.forwarded, data.log];
+  const keys = [data.state, data.bodies, data.refs, stagingKey, data.forwarded, data.log, data.logStart];
   let orderedFlags = '';
   let selections = '';
   for (const { uid, ordered, takes } of call.subscriptions) {

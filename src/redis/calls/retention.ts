@@ -38,6 +38,7 @@ export async function seek(
       data.bodies,
       data.refs,
       data.log,
+      data.logStart,
     ],
     [
       call.time,
@@ -77,6 +78,7 @@ export async function expireLog(
       data.log,
       data.bodies,
       data.refs,
+      data.logStart,
       ...call.subscriptionUids.map((uid) => data.subscription(uid).selections),
     ],
     [call.time, call.topicRetentionUs ? String(call.topicRetentionUs) : '', call.batch],
