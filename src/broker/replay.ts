@@ -1,5 +1,7 @@
 import { ApiError, invalidArgument, unavailable } from '../errors.ts';
 import { expireLog, seek } from '../redis/calls/retention.ts';
+import { longCallConnection } from '../redis/client.ts';
+import { Scripts } from '../redis/scripts.ts';
 import type { CallContext } from './call-context.ts';
 import { parseTimestampUs } from './durations.ts';
 import type { ResourceName } from './names.ts';
@@ -15,6 +17,8 @@ export interface SeekRequest {
   snapshot?: string;
 }
 
+/** How long a seek's script may run (about 10 µs per message it changes, SCHEMA.md). */
+const SEEK_TIMEOUT_MS = 300_000;
 /** How many blocks of a log one expire-log call releases (each up to 1000 bodies). */
 const EXPIRE_BATCH = 20;
 
@@ -60,13 +64,20 @@ export class ReplayService {
     targetUs: number,
   ): Promise<void> {
     const { ctx } = region;
-    await seek(ctx.scripts, ctx.keys.topicData(record.topicUid), record.uid, {
-      time: ctx.clock.scriptTime(),
-      targetUs,
-      topicRetentionUs: topic && topicRetentionUs(topic),
-      filtered: record.filter !== undefined,
-      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-    });
+    // One script, which over a large backlog runs for seconds (its cost grows with the messages
+    // it changes: SCHEMA.md, Replay): on a connection of its own that waits for it.
+    const connection = longCallConnection(ctx.redis, SEEK_TIMEOUT_MS);
+    try {
+      await seek(new Scripts(connection), ctx.keys.topicData(record.topicUid), record.uid, {
+        time: ctx.clock.scriptTime(),
+        targetUs,
+        topicRetentionUs: topic && topicRetentionUs(topic),
+        filtered: record.filter !== undefined,
+        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+      });
+    } finally {
+      connection.disconnect();
+    }
   }
 
   /** The subscription's topic, unless it was deleted (a new topic of the name is another incarnation). */
