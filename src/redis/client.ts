@@ -9,10 +9,16 @@ export type RedisClient = Redis | Cluster;
  * connect, and time out only after `timeoutMs`. The caller disconnects it.
  */
 export function longCallConnection(redis: RedisClient, timeoutMs: number): RedisClient {
-  const options = { commandTimeout: timeoutMs, enableOfflineQueue: true };
-  return 'isCluster' in redis && redis.isCluster
-    ? (redis as Cluster).duplicate(undefined, {
-        redisOptions: { ...(redis as Cluster).options.redisOptions, ...options },
-      })
-    : (redis as Redis).duplicate(options);
+  // No ready check: it would fail while another script keeps Redis busy; the call itself then
+  // fails with BUSY, which the caller answers as retryable.
+  const options = { commandTimeout: timeoutMs, enableOfflineQueue: true, enableReadyCheck: false };
+  const connection =
+    'isCluster' in redis && redis.isCluster
+      ? (redis as Cluster).duplicate(undefined, {
+          redisOptions: { ...(redis as Cluster).options.redisOptions, ...options },
+        })
+      : (redis as Redis).duplicate(options);
+  // Its errors reach the call that uses it; an 'error' event without a listener would end the process.
+  connection.on('error', () => {});
+  return connection;
 }
