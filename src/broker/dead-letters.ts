@@ -1,4 +1,4 @@
-import { RememberedTopics } from './remembered-topics.ts';
+import { RememberedTopics, TOPIC_REMEMBERED_MS } from './remembered-topics.ts';
 import { cancelForwarding, type Forward, finishForwarding } from '../redis/calls/delivery.ts';
 import { GEN_EPOCH } from '../redis/calls/codes.ts';
 import { formatTimestampUs } from './durations.ts';
@@ -12,7 +12,6 @@ import { deadLetterRegion } from './storage-region.ts';
 import type { TopicService } from './topics.ts';
 
 /** How long this node goes by what it last read of a dead-letter topic (that it exists, or not). */
-const TOPIC_REMEMBERED_MS = 1000;
 
 /**
  * Forwarding to dead-letter topics (README.md, "Dead-letter topics"). A message whose delivery
@@ -106,11 +105,7 @@ export class DeadLetters {
   private async deadLetterTopic(record: SubscriptionRecord): Promise<TopicRecord | undefined> {
     const name = record.deadLetterPolicy?.deadLetterTopic;
     if (!name) return undefined;
-    const seen = this.topicsSeen.recall(name);
-    if (seen) return seen.record;
-    const topic = await this.topics.find(name);
-    this.topicsSeen.remember(name, topic);
-    return topic;
+    return this.topicsSeen.lookup(name, (fullName) => this.topics.find(fullName));
   }
 }
 

@@ -71,7 +71,7 @@ export class DeliveryService {
     this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes);
     this.settlement = new Settlement(regions, options.ackIds);
     const deadLetters = new DeadLetters(regions, topics, this.publisher);
-    this.puller = new Puller(regions, this.settlement, deadLetters, options.ackIds, options.pullWaitMs);
+    this.puller = new Puller(regions, this.settlement, deadLetters, options.ackIds, options.pullWaitMs, topics);
   }
 
   /** Stops long polls from waiting (graceful shutdown). */

@@ -10,6 +10,9 @@ import { resourceId } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import type { DeadLetters } from './dead-letters.ts';
+import { RememberedTopics, TOPIC_REMEMBERED_MS } from './remembered-topics.ts';
+import { topicRetentionUs } from './topic-fields.ts';
+import type { TopicService } from './topics.ts';
 import type { Settlement } from './settlement.ts';
 import type { Waiter } from './wakeups.ts';
 
@@ -90,7 +93,11 @@ export class Puller {
     private readonly ackIds: () => Promise<AckIdCodec>,
     /** Upper bound of a long-polling pull, in milliseconds. */
     private readonly pullWaitMs: number,
+    private readonly topics: TopicService,
   ) {}
+
+  /** Subscriptions' topics read in the last second (for their retention), and those found missing. */
+  private readonly topicsSeen = new RememberedTopics(true, TOPIC_REMEMBERED_MS);
 
   /** Stops long polls from waiting (graceful shutdown). */
   close(): void {
@@ -224,8 +231,11 @@ export class Puller {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
+    // A topic's own retention keeps its messages in its subscriptions for at least that long.
+    const topic = await this.topicsSeen.lookup(record.topic, (name) => this.topics.find(name));
     const leased = await pull(ctx.scripts, data, sub, {
       time: ctx.clock.scriptTime(),
+      topicRetentionUs: topic?.uid === record.topicUid ? topicRetentionUs(topic) : undefined,
       max,
       leaseUs: deadlineSeconds === undefined ? undefined : deadlineSeconds * 1_000_000,
       wakeChannel: ctx.keys.wakeChannel(record.topicUid),

@@ -1,11 +1,14 @@
 import type { TopicRecord } from './records.ts';
 
+/** How long dead-letter forwarding and pulls reuse a topic record they read. */
+export const TOPIC_REMEMBERED_MS = 1000;
 /** Topic records kept; past this, the longest kept is dropped. */
 const MAX_REMEMBERED_TOPICS = 10_000;
 
 /**
  * Topic records reused for a short while instead of read again. Dead-letter forwarding
- * (dead-letters.ts) remembers its topics, and that they are missing, for a second.
+ * (dead-letters.ts) remembers its topics, and that they are missing, for a second; so do pulls
+ * (pull.ts), for the topic's retention.
  *
  * Publishing: topic records a single-region broker reuses for the publishes of the next `forMs` (a second),
  * so that a publish need not read one. There the record gives publish nothing but the
@@ -37,6 +40,15 @@ export class RememberedTopics {
     if (remembered.until > performance.now()) return remembered;
     this.records.delete(fullName);
     return undefined;
+  }
+
+  /** The remembered record, or `find`'s, which is remembered from then on. */
+  async lookup(fullName: string, find: (fullName: string) => Promise<TopicRecord | undefined>) {
+    const seen = this.recall(fullName);
+    if (seen) return seen.record;
+    const record = await find(fullName);
+    this.remember(fullName, record);
+    return record;
   }
 
   forget(fullName: string): void {

@@ -24,12 +24,15 @@
   ARGV[5]    byte budget: no further message once the leased bodies reach it (at least one goes)
   ARGV[6]    '1': messages may be handed over to forward now (the dead-letter topic exists),
              else '': they are delivered again instead
+  ARGV[7]    the topic's messageRetentionDuration in µs, or '' when it has none: messages are
+             kept for the longer of it and the subscription's retention
   Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, claimEndUs, seq1, gen1[, attempt1],
               ..., fseq1, fgen1, fcount1, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline, backoff end or forwarding claim's end ('' if there is none), so the
              caller knows when to look again (0 when messages were handed over to forward)
              oldestKeptUs: messages published before it are past the subscription's retention
+             (or the topic's, when longer)
              forwards: how many messages were handed over to forward (the last triples: seq,
              gen, and how many delivery attempts failed); the caller forwards each and then
              runs finish-forwarding, or cancel-forwarding when it cannot
@@ -69,7 +72,7 @@ local policy = redelivery_policy(config[3], config[4], config[5])
 local may_forward = ARGV[6] == '1'
 local with_attempts = policy ~= nil and policy.limit ~= nil
 local deadline = now + tonumber(ARGV[3] ~= '' and ARGV[3] or config[1])
-local oldest_kept = now - tonumber(config[2])
+local oldest_kept = now - math.max(tonumber(config[2]), tonumber(ARGV[7]) or 0)
 -- How long a forwarder's claim on a message it forwards holds: then the next pull takes an
 -- unfinished forward over, with a claim of its own.
 local FORWARD_CLAIM_US = 30000000

@@ -47,7 +47,7 @@ mark_active(config_key, now)
 local target = tonumber(ARGV[2])
 local topic_retention = tonumber(ARGV[3]) or 0
 local filtered = ARGV[4] == '1'
-local oldest_kept = now - tonumber(config[1])
+local oldest_kept = now - math.max(tonumber(config[1]), topic_retention)
 -- The log's messages from before the subscription was created are its only through the topic's
 -- own retention; a filter's selections exist only from its creation on.
 local first_own = (topic_retention > 0 and not filtered) and 0 or tonumber(config[2] or '0')

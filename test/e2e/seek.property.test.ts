@@ -5,7 +5,7 @@
 // retainAckedMessages, exactly-once, ordering, a filter, and a topic retention that reaches back
 // before the subscription existed. The model knows, for every message, whether it is
 // acknowledged, leased, or past the retention (published more than the subscription's
-// messageRetentionDuration ago), and so:
+// messageRetentionDuration ago, or the topic's when that is longer), and so:
 //   - what a pull large enough for everything delivers: every unacknowledged, unleased message
 //     within the retention (with ordering, a key only while nothing of it is leased, in order);
 //   - what a seek to T does: every message it retains (unacknowledged; acknowledged too with
@@ -25,6 +25,8 @@ const STEPS = 400;
 const US = 1_000_000;
 const ACK_DEADLINE_S = 60;
 const RETENTION_S = 600;
+/** The topic's retention, in the variant that has one: longer than the subscription's, so it decides. */
+const TOPIC_RETENTION_S = 1200;
 const P = '/v1/projects/p';
 const KEYS = ['', '', 'a', 'b', 'c'];
 
@@ -80,7 +82,7 @@ for (const target of redisTargets()) {
       const topic = await broker.api(
         'PUT',
         `${P}/topics/model`,
-        variant.topicRetention ? { messageRetentionDuration: '1200s' } : {},
+        variant.topicRetention ? { messageRetentionDuration: `${TOPIC_RETENTION_S}s` } : {},
       );
       t.equal(topic.status, 200);
       const publish = async (early = false) => {
@@ -124,7 +126,9 @@ for (const target of redisTargets()) {
       });
       t.equal(sub.status, 200);
 
-      const retained = (m: Message) => m.matches && m.publishUs >= now - RETENTION_S * US;
+      // A message is kept for the longer of the subscription's and the topic's retention.
+      const keptS = variant.topicRetention ? TOPIC_RETENTION_S : RETENTION_S;
+      const retained = (m: Message) => m.matches && m.publishUs >= now - keptS * US;
       const leased = (m: Message) => m.lease !== undefined && m.lease.deadlineUs > now;
       const endLease = (m: Message) => {
         if (m.lease) ended.push(m.lease.ackId);

@@ -15,6 +15,8 @@ import {
 
 export interface PullCall {
   time: ScriptTime;
+  /** The topic's messageRetentionDuration (µs), when it has one: messages are kept at least that long. */
+  topicRetentionUs?: number;
   max: number;
   /** How long the leases last (µs); the subscription's ack deadline when undefined. */
   leaseUs?: number;
@@ -74,7 +76,15 @@ export async function pull(
       sub.delayed,
       sub.forwarding,
     ],
-    [call.time, call.max, call.leaseUs ?? '', call.wakeChannel, call.maxBytes, call.mayForward ? '1' : ''],
+    [
+      call.time,
+      call.max,
+      call.leaseUs ?? '',
+      call.wakeChannel,
+      call.maxBytes,
+      call.mayForward ? '1' : '',
+      call.topicRetentionUs ? String(call.topicRetentionUs) : '',
+    ],
   )) as [number, number | '', number, number, number, number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
   if (reply[0] !== REPLY_OK) throw unexpectedReply('pull', reply);
