@@ -10,6 +10,7 @@
 //   - with ordering, delivery restarts from each key's oldest unacknowledged message, in order;
 //   - the janitor lets go of retained bodies once they are older than the retention, and of
 //     everything older than ten minutes once nothing retains;
+//   - a subscription whose topic was deleted still seeks over what it retains;
 //   - requests without exactly one target, with a malformed time, on an unknown subscription:
 //     Pub/Sub's errors, and nothing changes.
 import t, { type Test } from 'tap';
@@ -304,6 +305,22 @@ for (const target of redisTargets()) {
     t.equal((await seekTo(broker, 'dlq-source', START_US)).status, 200);
     await failFiveTimes();
     t.same(texts(await pull(broker, 'dlq')), ['poison'], 'brought back by the seek, it is forwarded again');
+  });
+
+  t.test(`${target.name}: a subscription whose topic was deleted seeks over what it still holds`, async (t) => {
+    const { broker } = await setUp(t, target, 'seek-deleted-topic');
+    await createTopic(broker, 'gone');
+    await createSubscription(broker, 'orphan', 'gone', { retainAckedMessages: true });
+    await publish(broker, 'gone', ['kept-1', 'kept-2']);
+    await ack(
+      broker,
+      'orphan',
+      (await pull(broker, 'orphan')).map((m) => m.ackId),
+    );
+    t.equal((await broker.api('DELETE', `${P}/topics/gone`)).status, 200);
+    t.equal((await broker.api('GET', `${P}/subscriptions/orphan`)).body.topic, '_deleted-topic_');
+    t.equal((await seekTo(broker, 'orphan', START_US)).status, 200, 'the seek answers {}');
+    t.same(texts(await pull(broker, 'orphan')), ['kept-1', 'kept-2'], 'and brings back what it retained');
   });
 
   t.test(`${target.name}: bad seeks are refused and change nothing`, async (t) => {
