@@ -147,13 +147,18 @@ local function update_retention(state_key, retainers_key)
   end
 end
 
--- Calls fn with ARGV[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of thousands).
-local function argv_chunks(first, fn)
-  for start = first, #ARGV, 1000 do
+-- Calls fn with list[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of thousands).
+local function in_chunks(list, first, fn)
+  for start = first, #list, 1000 do
     local chunk = {}
-    for i = start, math.min(start + 999, #ARGV) do chunk[#chunk + 1] = ARGV[i] end
+    for i = start, math.min(start + 999, #list) do chunk[#chunk + 1] = list[i] end
     fn(chunk)
   end
+end
+
+-- in_chunks of ARGV[first..].
+local function argv_chunks(first, fn)
+  in_chunks(ARGV, first, fn)
 end
 
 -- A delivery entry is "seq" (never delivered) or "seq:gen" (last delivered as generation gen).

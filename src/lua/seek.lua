@@ -112,12 +112,10 @@ table.sort(order, function(a, b) return tonumber(a) < tonumber(b) end)
 -- The publish times the log knows of each block (nil: not logged), read in chunks.
 local function scores_of(key)
   local scores = {}
-  for start = 1, #order, 1000 do
-    local chunk = {}
-    for i = start, math.min(start + 999, #order) do chunk[#chunk + 1] = order[i] end
+  in_chunks(order, 1, function(chunk)
     local found = redis.call('ZMSCORE', key, unpack(chunk))
     for i, block in ipairs(chunk) do scores[block] = found[i] and tonumber(found[i]) or nil end
-  end
+  end)
   return scores
 end
 -- A block whose every message was published before the target needs no reading: with a target
@@ -253,9 +251,7 @@ flush(true)
 
 -- Each message taken again holds one more body reference (the log holds one already: an
 -- absent count means 1); each one acknowledged by the seek gives its reference back.
-for start = 1, #taken_again, 1000 do
-  local chunk = {}
-  for i = start, math.min(start + 999, #taken_again) do chunk[#chunk + 1] = taken_again[i] end
+in_chunks(taken_again, 1, function(chunk)
   local counts = redis.call('HMGET', refs_key, unpack(chunk))
   local updates = {}
   for i, seq in ipairs(chunk) do
@@ -263,11 +259,7 @@ for start = 1, #taken_again, 1000 do
     updates[#updates + 1] = (tonumber(counts[i]) or 1) + 1
   end
   redis.call('HSET', refs_key, unpack(updates))
-end
-for start = 1, #released, 1000 do
-  local chunk = {}
-  for i = start, math.min(start + 999, #released) do chunk[#chunk + 1] = released[i] end
-  release_bodies(bodies_prefix, refs_key, chunk)
-end
+end)
+in_chunks(released, 1, function(chunk) release_bodies(bodies_prefix, refs_key, chunk) end)
 if unacked > 0 then redis.call('PUBLISH', ARGV[5], '1') end
 return {REPLY_OK, unacked}
