@@ -41,6 +41,11 @@ const RETRY_MS = 1_000;
 /** A pusher with nothing to push looks again at least this often, woken or not. */
 const LOOK_AGAIN_MS = 30_000;
 const HSCAN_COUNT = 500;
+/**
+ * Requests end this long before their lease runs out: a busy node's timer may fire late, and
+ * once the lease is over another node may push the message again while this one is still open.
+ */
+const LEASE_MARGIN_MS = 1_000;
 
 export class PushService {
   private readonly pushers = new Map<string, Pusher>();
@@ -247,7 +252,7 @@ class Pusher {
           break;
         }
         if (received.length > 0) {
-          this.dispatch(received, leasedAtMs + this.record.ackDeadlineSeconds * 1000);
+          this.dispatch(received, leasedAtMs + this.record.ackDeadlineSeconds * 1000 - LEASE_MARGIN_MS);
           continue;
         }
         // Nothing available: sleep until a publish or nack wakes the topic, or a lease runs out,

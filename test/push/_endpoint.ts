@@ -11,6 +11,8 @@ export interface PushedRequest {
   /** The wrapped envelope, when the body is JSON. */
   json?: any;
   receivedAt: number;
+  /** Settles when the request's response is closed: answered, or its connection ended by the broker. */
+  closed: Promise<void>;
 }
 
 type Reply = number | 'hang' | 'processing';
@@ -32,7 +34,8 @@ export async function startEndpoint(t: { teardown(fn: () => unknown): void }, an
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', async () => {
       const body = Buffer.concat(chunks);
-      const pushed: PushedRequest = { headers: request.headers, body, receivedAt: Date.now() };
+      const closed = new Promise<void>((resolve) => response.on('close', resolve));
+      const pushed: PushedRequest = { headers: request.headers, body, receivedAt: Date.now(), closed };
       try {
         pushed.json = JSON.parse(body.toString());
       } catch {}
