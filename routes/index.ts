@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { exampleRoutes } from './examples.ts';
 import { healthRoutes } from './health.ts';
 import type { RouteOptions } from './options.ts';
+import { snapshotRoutes } from './snapshots.ts';
 import { streamingRoutes } from './streaming.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
 import { topicRoutes } from './topics.ts';
@@ -11,6 +12,7 @@ export async function registerRoutes(app: FastifyInstance, options: RouteOptions
   await app.register(healthRoutes, options);
   await app.register(topicRoutes, options);
   await app.register(subscriptionRoutes, options);
+  await app.register(snapshotRoutes, options);
   await app.register(streamingRoutes, options);
   await app.register(unimplementedRoutes);
   await app.register(exampleRoutes);

@@ -1,9 +1,8 @@
 import type { FastifyInstance, HTTPMethods } from 'fastify';
 import { ApiError } from '../src/errors.ts';
-import { SUBSCRIPTION_PATH, TOPIC_PATH } from './options.ts';
+import { SNAPSHOT_PATH, SUBSCRIPTION_PATH, TOPIC_PATH } from './options.ts';
 
 const PROJECT_PATH = '/v1/projects/:project';
-const SNAPSHOT_PATH = `${PROJECT_PATH}/snapshots/:snapshot([^:/]+)`;
 const SCHEMA_PATH = `${PROJECT_PATH}/schemas/:schema([^:/]+)`;
 
 /** Resources with an IAM policy (the google.iam.v1.IAMPolicy mixin of Pub/Sub). */
@@ -11,12 +10,6 @@ const IAM_RESOURCE_PATHS = [TOPIC_PATH, SUBSCRIPTION_PATH, SNAPSHOT_PATH, SCHEMA
 
 /** The Pub/Sub REST methods this broker does not implement yet: [HTTP method, route URL, RPC]. */
 const UNIMPLEMENTED_METHODS: [HTTPMethods, string, string][] = [
-  ['GET', `${TOPIC_PATH}/snapshots`, 'Publisher.ListTopicSnapshots'],
-  ['GET', `${PROJECT_PATH}/snapshots`, 'Subscriber.ListSnapshots'],
-  ['GET', SNAPSHOT_PATH, 'Subscriber.GetSnapshot'],
-  ['PUT', SNAPSHOT_PATH, 'Subscriber.CreateSnapshot'],
-  ['PATCH', SNAPSHOT_PATH, 'Subscriber.UpdateSnapshot'],
-  ['DELETE', SNAPSHOT_PATH, 'Subscriber.DeleteSnapshot'],
   ['POST', `${PROJECT_PATH}/schemas`, 'SchemaService.CreateSchema'],
   ['GET', `${PROJECT_PATH}/schemas`, 'SchemaService.ListSchemas'],
   ['POST', `${PROJECT_PATH}/schemas::validate`, 'SchemaService.ValidateSchema'],

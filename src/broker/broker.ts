@@ -2,7 +2,7 @@ import type { RedisClient } from '../redis/client.ts';
 import { Keys } from '../redis/keys.ts';
 import { Scripts } from '../redis/scripts.ts';
 import { ackIdCodecLoader } from './ack-id.ts';
-import { type Clock, PublishClock, redisClock, redisTimeUs } from './clock.ts';
+import { type Clock, nowUs as clockNowUs, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
 import { DeliveryService } from './delivery.ts';
@@ -10,6 +10,7 @@ import { ReplayService } from './replay.ts';
 import { PushService } from './push.ts';
 import type { PushHosts } from './push-config.ts';
 import { Region, Regions } from './regions.ts';
+import { SnapshotService } from './snapshots.ts';
 import { guardStorageFormat } from './storage-guard.ts';
 import { StreamRegistry } from './streams.ts';
 import { SubscriptionService } from './subscriptions.ts';
@@ -90,10 +91,11 @@ export interface Broker {
   delivery: DeliveryService;
   streams: StreamRegistry;
   push: PushService;
+  snapshots: SnapshotService;
   replay: ReplayService;
   /**
-   * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions
-   * expired, retained logs expired.
+   * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions and
+   * snapshots past their expireTime deleted, retained logs expired.
    */
   collectGarbage(): Promise<void>;
   /**
@@ -138,7 +140,8 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
   });
   const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
-  const replay = new ReplayService(regions, topics, subscriptions);
+  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions);
+  const replay = new ReplayService(regions, topics, subscriptions, snapshots);
   // No region serves until its store is known to be in this broker's storage format.
   const stopGuards = await Promise.all(
     regions.all.map((region) =>
@@ -161,9 +164,10 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   push.start();
 
   const collectGarbage = async () => {
-    const nowUs = await redisTimeUs(regions.local.ctx.redis);
-    await subscriptions.collectGarbage(nowUs - CLEANUP_GRACE_US);
+    const nowUs = await clockNowUs(regions.local.ctx.clock, regions.local.ctx.redis);
+    await controlPlane.collectGarbage(nowUs - CLEANUP_GRACE_US);
     await subscriptions.expireIdle(nowUs);
+    await snapshots.expire(nowUs);
     await replay.expireLogs();
   };
   const janitor =
@@ -196,6 +200,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     delivery,
     streams,
     push,
+    snapshots,
     replay,
     collectGarbage,
     close: () => (closing ??= close()),

@@ -77,6 +77,12 @@ export interface ClockReading {
 
 const MAX_READING_AGE_MS = 1000;
 
+/** The time now (µs): a test's manual time, else the Redis server's TIME. */
+export async function nowUs(clock: Clock, redis: RedisClient): Promise<number> {
+  const manual = clock.scriptTime();
+  return manual === '' ? redisTimeUs(redis) : Number(manual);
+}
+
 /** Redis TIME in microseconds. */
 export async function redisTimeUs(redis: RedisClient): Promise<number> {
   const [seconds, microseconds] = await redis.time();

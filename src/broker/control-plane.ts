@@ -1,14 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import {
   attachSubscription,
+  type DataOwnerKind,
   deleteTopicData,
   dropSubscription,
   finishCleanup,
   markCleanup,
   type PutStateCall,
-  putSubscription,
+  putDataOwner,
   putTopic,
 } from '../redis/calls/control-plane.ts';
+import { dropSnapshot } from '../redis/calls/retention.ts';
 import { alreadyExists, notFound } from '../errors.ts';
 import { deliveryConfigOf } from './fields.ts';
 import type { ResourceName } from './names.ts';
@@ -16,6 +18,7 @@ import type { Region, Regions } from './regions.ts';
 import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
 import {
   isTombstone,
+  type SnapshotRecord,
   type State,
   type SubscriptionRecord,
   type Tombstone,
@@ -26,7 +29,7 @@ import { CONFIG_CHANGED } from './wakeups.ts';
 import { Rerun } from './rerun.ts';
 
 /**
- * Topics and subscriptions are global: every region's Redis holds a full copy of the control
+ * Topics, subscriptions and snapshots are global: every region's Redis holds a full copy of the control
  * plane. Each name has one state per region: a record, a tombstone (deleted), or nothing; each
  * state carries a version, and a copy only ever moves to a higher one.
  *
@@ -39,9 +42,12 @@ import { Rerun } from './rerun.ts';
  *
  * Putting a state also does what the state implies in that region's data plane: a subscription
  * record attaches the subscription to its topic there, a tombstone or a detached record drops
- * its data, a topic tombstone closes the topic's data to publishing.
+ * its data, a topic tombstone closes the topic's data to publishing, and a snapshot tombstone
+ * lets go of what the snapshot held (its data is captured before its record is written:
+ * snapshots.ts).
  */
-export type Kind = 'topic' | 'subscription';
+export type Kind = 'topic' | DataOwnerKind;
+type ControlRecord = TopicRecord | SubscriptionRecord | SnapshotRecord;
 
 interface PutResult {
   applied: boolean;
@@ -53,6 +59,8 @@ interface PutResult {
 const SYNC_INTERVAL_MS = 30_000;
 /** How many held entries one drop-subscription call releases (bounds the script's run time). */
 const DROP_BATCH = 1000;
+/** How many blocks of held messages (up to 1000 each) one drop-snapshot call releases. */
+const DROP_SNAPSHOT_BATCH = 5;
 
 /** The same order as may_put in prelude.lua: higher version, then the greater JSON. */
 function supersedes(candidate: string, current: string): boolean {
@@ -66,7 +74,7 @@ function supersedes(candidate: string, current: string): boolean {
 const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
   `${record.topicUid}/${record.uid}/${record.name}`;
 
-/** What a put-topic or put-subscription call writes: `state` in place of `expected` ('cas') or of anything older ('newer'). */
+/** What a put-topic or put-data-owner call writes: `state` in place of `expected` ('cas') or of anything older ('newer'). */
 function stateCall(state: State, mode: 'cas' | 'newer', expected: string): PutStateCall {
   return {
     mode,
@@ -151,7 +159,7 @@ export class ControlPlane {
    * is written unless the name holds a live record at the arbiter, or a write decided elsewhere
    * at the same time meets this one; both are ALREADY_EXISTS.
    */
-  async create<T extends TopicRecord | SubscriptionRecord>(
+  async create<T extends ControlRecord>(
     kind: Kind,
     name: ResourceName,
     build: (version: number) => T | Promise<T>,
@@ -173,7 +181,7 @@ export class ControlPlane {
    * is already as asked (nothing is written). Decided again whenever the state at the arbiter
    * changed meanwhile.
    */
-  async replace<T extends TopicRecord | SubscriptionRecord, S extends State>(
+  async replace<T extends ControlRecord, S extends State>(
     kind: Kind,
     name: ResourceName,
     change: (record: T, version: number) => S | undefined,
@@ -236,6 +244,51 @@ export class ControlPlane {
     } while (remaining !== 0);
   }
 
+  /** Lets go of a snapshot's data (what it holds, and its hold on the log) in one region. */
+  async dropSnapshotData(region: Region, topicUid: string, snapshotUid: string): Promise<void> {
+    const { keys, scripts } = region.ctx;
+    const data = keys.topicData(topicUid);
+    const snapshot = data.snapshot(snapshotUid);
+    while ((await dropSnapshot(scripts, data, { snapshot, batch: DROP_SNAPSHOT_BATCH })) !== 0) {}
+  }
+
+  /** Drops the data of a subscription or a snapshot in one region. */
+  dropOwnerData(region: Region, kind: DataOwnerKind, topicUid: string, uid: string): Promise<void> {
+    return kind === 'subscription'
+      ? this.dropData(region, topicUid, uid)
+      : this.dropSnapshotData(region, topicUid, uid);
+  }
+
+  /**
+   * Drops data marked for clean-up longer than `olderThanUs` ago in every usable region: deleted
+   * subscriptions and snapshots whose drop was interrupted, attaches whose record never got
+   * written, snapshots captured for a create that never finished. Returns how many it dropped.
+   */
+  async collectGarbage(olderThanUs: number): Promise<number> {
+    let dropped = 0;
+    for (const region of this.regions.localFirst()) {
+      const { redis, keys } = region.ctx;
+      const refs = await redis.zrangebyscore(keys.pendingCleanups, '-inf', olderThanUs, 'LIMIT', 0, 100);
+      for (const ref of refs) {
+        const [topicUid, uid] = ref.split('/', 2);
+        const name = ref.slice(topicUid.length + uid.length + 2);
+        const kind: DataOwnerKind = /^projects\/[^/]+\/snapshots\//.test(name) ? 'snapshot' : 'subscription';
+        // A record of that very incarnation came (back) meanwhile: its data is live, keep it,
+        // unless the record is detached (a detach interrupted before its drop finished).
+        const [records] = this.hashes(region, kind);
+        const live = name
+          ? (JSON.parse((await redis.hget(records, name)) ?? 'null') as SubscriptionRecord | SnapshotRecord | null)
+          : null;
+        if (!live || live.uid !== uid || ('detached' in live && live.detached)) {
+          await this.dropOwnerData(region, kind, topicUid, uid);
+          dropped++;
+        }
+        await this.finishCleanup(region, ref);
+      }
+    }
+    return dropped;
+  }
+
   async finishCleanup(region: Region, ref: string): Promise<void> {
     await finishCleanup(region.ctx.scripts, region.ctx.keys, { ref });
   }
@@ -252,9 +305,35 @@ export class ControlPlane {
     mode: 'cas' | 'newer',
     expected = '',
   ): Promise<PutResult> {
-    return kind === 'topic'
-      ? this.putTopic(region, state as TopicRecord | Tombstone, mode, expected)
-      : this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
+    if (kind === 'topic') return this.putTopic(region, state as TopicRecord | Tombstone, mode, expected);
+    if (kind === 'snapshot') return this.putSnapshot(region, state as SnapshotRecord | Tombstone, mode, expected);
+    return this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
+  }
+
+  /**
+   * A snapshot's data is captured in every region before its record is written (snapshots.ts);
+   * a put that ends a record (a tombstone, or another incarnation of the name) lets go of the
+   * ended one's data here.
+   */
+  private async putSnapshot(
+    region: Region,
+    state: SnapshotRecord | Tombstone,
+    mode: 'cas' | 'newer',
+    expected: string,
+  ): Promise<PutResult> {
+    const { keys, scripts, clock } = region.ctx;
+    const topicUid = state.topicUid ?? '';
+    const put = await putDataOwner(scripts, keys, 'snapshot', topicUid, {
+      ...stateCall(state, mode, expected),
+      time: clock.scriptTime(),
+    });
+    if (put.kind === 'refused') return { applied: false, current: put.current };
+    const previous = put.previous ? (JSON.parse(put.previous) as SnapshotRecord | Tombstone) : undefined;
+    if (previous && !isTombstone(previous) && (isTombstone(state) || previous.uid !== state.uid)) {
+      await this.dropSnapshotData(region, previous.topicUid, previous.uid);
+      await this.finishCleanup(region, dataRef(previous));
+    }
+    return { applied: true, current: put.previous };
   }
 
   private async putTopic(
@@ -301,7 +380,7 @@ export class ControlPlane {
       expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && !detached && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
-    const put = await putSubscription(scripts, keys, topicUid, {
+    const put = await putDataOwner(scripts, keys, 'subscription', topicUid, {
       ...stateCall(state, mode, expected),
       time: clock.scriptTime(),
     });
@@ -324,7 +403,7 @@ export class ControlPlane {
       await this.finishCleanup(region, dataRef(previous));
       changedTopics.add(previous.topicUid);
     }
-    // The put marked the detached incarnation's data for clean-up (put-subscription.lua): a
+    // The put marked the detached incarnation's data for clean-up (put-data-owner.lua): a
     // crash before the drop finishes leaves it to collectGarbage.
     if (detached) {
       await this.dropData(region, topicUid, state.uid);
@@ -372,7 +451,9 @@ export class ControlPlane {
 
   private hashes(region: Region, kind: Kind): [string, string] {
     const { keys } = region.ctx;
-    return kind === 'topic' ? [keys.topics, keys.topicTombstones] : [keys.subscriptions, keys.subscriptionTombstones];
+    if (kind === 'topic') return [keys.topics, keys.topicTombstones];
+    if (kind === 'snapshot') return [keys.snapshots, keys.snapshotTombstones];
+    return [keys.subscriptions, keys.subscriptionTombstones];
   }
 
   /**
@@ -395,8 +476,8 @@ export class ControlPlane {
       }
     };
     await this.shareAckSecret(reachable, attempt);
-    // Topics first: a subscription copied to a region finds its topic's state already there.
-    for (const kind of ['topic', 'subscription'] as const) {
+    // Topics first: a subscription or snapshot copied to a region finds its topic's state already there.
+    for (const kind of ['topic', 'subscription', 'snapshot'] as const) {
       const states = new Map<Region, Map<string, string>>();
       await Promise.all(
         reachable.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))),

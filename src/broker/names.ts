@@ -11,7 +11,7 @@ const PROJECT_ID = /^[A-Za-z0-9][A-Za-z0-9\-_.:]{0,99}$/;
 
 export const DELETED_TOPIC = '_deleted-topic_';
 
-export type Collection = 'topics' | 'subscriptions';
+export type Collection = 'topics' | 'subscriptions' | 'snapshots';
 
 export interface ResourceName {
   project: string;
@@ -20,7 +20,7 @@ export interface ResourceName {
   full: string;
 }
 
-const SINGULAR: Record<Collection, string> = { topics: 'topic', subscriptions: 'subscription' };
+const SINGULAR: Record<Collection, string> = { topics: 'topic', subscriptions: 'subscription', snapshots: 'snapshot' };
 
 export function checkProject(project: string): string {
   if (!PROJECT_ID.test(project)) throw invalidArgument(`Invalid project name: "${project}".`);

@@ -3,7 +3,7 @@ import type { SubscriptionSettings } from './subscription-fields.ts';
 import type { TopicSettings } from './topic-fields.ts';
 
 /**
- * The control plane's records of topics and subscriptions, and the tombstones that delete them,
+ * The control plane's records of topics, subscriptions and snapshots, and the tombstones that delete them,
  * as stored (JSON) in every region's Redis (see control-plane.ts).
  */
 
@@ -30,18 +30,35 @@ export interface SubscriptionRecord extends SubscriptionSettings {
   detached?: true;
 }
 
+/**
+ * A snapshot as kept in the control plane: the acknowledgement state of a subscription of the
+ * topic incarnation `topicUid`, captured in every region under `uid` (create-snapshot.lua).
+ */
+export interface SnapshotRecord {
+  name: string;
+  topic: string;
+  topicUid: string;
+  uid: string;
+  version: number;
+  /** When it expires (RFC 3339): seven days after its oldest message was published. */
+  expireTime: string;
+  labels?: Record<string, string>;
+  /** The filter of the subscription it was made from: seeks of filtered subscriptions need the same. */
+  filter?: string;
+}
+
 export interface Tombstone {
   name: string;
   version: number;
   deleted: true;
   /** The incarnation the delete ended. */
   uid: string;
-  /** Subscriptions: the topic incarnation the deleted subscription was attached to. */
+  /** Subscriptions and snapshots: the topic incarnation the deleted one belonged to. */
   topicUid?: string;
 }
 
 /** A name's state in one region: its record or its tombstone. */
-export type State = TopicRecord | SubscriptionRecord | Tombstone;
+export type State = TopicRecord | SubscriptionRecord | SnapshotRecord | Tombstone;
 
 export const isTombstone = (state: State): state is Tombstone => 'deleted' in state && state.deleted === true;
 export const versionOf = (json: string): number =>

@@ -1,12 +1,14 @@
-import { ApiError, invalidArgument, unavailable } from '../errors.ts';
+import { failedPrecondition, invalidArgument, notFound, unavailable } from '../errors.ts';
+import type { SnapshotKeys } from '../redis/keys.ts';
 import { expireLog, seek } from '../redis/calls/retention.ts';
 import { longCallConnection } from '../redis/client.ts';
 import { Scripts } from '../redis/scripts.ts';
 import type { CallContext } from './call-context.ts';
 import { parseTimestampUs } from './durations.ts';
-import type { ResourceName } from './names.ts';
-import type { SubscriptionRecord, TopicRecord } from './records.ts';
+import { parseResourceName, type ResourceName } from './names.ts';
+import type { SnapshotRecord, SubscriptionRecord, TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
+import type { SnapshotService } from './snapshots.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 import { topicRetentionUs } from './topic-fields.ts';
 import type { TopicService } from './topics.ts';
@@ -34,11 +36,14 @@ export class ReplayService {
     private readonly regions: Regions,
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
+    private readonly snapshots: SnapshotService,
   ) {}
 
   /**
-   * Seeks a subscription to a time in every region (the subscription's messages may be stored in
-   * any of them): what was published at or after it is unacknowledged, the rest acknowledged.
+   * Seeks a subscription in every region (its messages may be stored in any of them): to a time
+   * (what was published at or after it is unacknowledged, the rest acknowledged), or to a
+   * snapshot of its topic (what the snapshot holds, and everything published after it, is
+   * unacknowledged).
    */
   async seek(_caller: CallContext, name: ResourceName, request: SeekRequest): Promise<void> {
     const hasTime = request.time !== undefined && request.time !== '';
@@ -46,31 +51,60 @@ export class ReplayService {
     if (hasTime === hasSnapshot) {
       throw invalidArgument('A seek needs exactly one of "time" and "snapshot".');
     }
-    if (hasSnapshot) {
-      throw new ApiError('UNIMPLEMENTED', 'Seeking to a snapshot is not implemented by this broker yet.');
-    }
-    const targetUs = parseTimestampUs(request.time as string, 'time');
+    const targetUs = hasTime ? parseTimestampUs(request.time as string, 'time') : undefined;
+    const snapshotName = hasSnapshot ? parseResourceName('snapshots', request.snapshot as string) : undefined;
     const record = await this.subscriptions.readForDelivery(name);
+    const snapshot = snapshotName && (await this.snapshotFor(record, snapshotName));
     const topic = await this.liveTopic(record);
     const unusable = this.regions.all.find((region) => !region.usable);
     if (unusable) throw unavailable(`The message store of region ${unusable.name} cannot be reached; retry the seek.`);
-    for (const region of this.regions.all) await this.seekIn(region, record, topic, targetUs);
+    const targets = this.regions.all.map((region) => {
+      const data = region.ctx.keys.topicData(record.topicUid);
+      return snapshot ? { snapshot: data.snapshot(snapshot.uid) } : { timeUs: targetUs as number };
+    });
+    if (snapshot) {
+      // Checked in every region first, so that a snapshot missing in one is refused before any region seeks.
+      for (const [i, region] of this.regions.all.entries()) {
+        const { snapshot: keys } = targets[i] as { snapshot: SnapshotKeys };
+        if (!(await region.ctx.redis.exists(keys.info))) throw notFound(snapshotName!.id);
+      }
+    }
+    for (const [i, region] of this.regions.all.entries()) {
+      if ((await this.seekIn(region, record, topic, targets[i])) === 'no-snapshot') throw notFound(snapshotName!.id);
+    }
+  }
+
+  /** The snapshot a subscription may seek to: one of its own topic incarnation, and taken with its filter. */
+  private async snapshotFor(record: SubscriptionRecord, snapshotName: ResourceName): Promise<SnapshotRecord> {
+    const snapshot = await this.snapshots.read(snapshotName);
+    if (snapshot.topicUid !== record.topicUid) {
+      throw failedPrecondition(
+        `The snapshot ${snapshot.name} is of another topic than the subscription ${record.name}: a subscription seeks only to snapshots of its own topic.`,
+      );
+    }
+    // Which of the snapshot's messages a filter takes is known only for the filter it was made with.
+    if (record.filter !== undefined && record.filter !== snapshot.filter) {
+      throw failedPrecondition(
+        `The subscription ${record.name} has a filter that the snapshot ${snapshot.name} was not made with: a filtered subscription seeks only to snapshots of subscriptions with the same filter.`,
+      );
+    }
+    return snapshot;
   }
 
   private async seekIn(
     region: Region,
     record: SubscriptionRecord,
     topic: TopicRecord | undefined,
-    targetUs: number,
-  ): Promise<void> {
+    target: { timeUs: number } | { snapshot: SnapshotKeys },
+  ) {
     const { ctx } = region;
     // One script, which over a large backlog runs for seconds (its cost grows with the messages
     // it changes: SCHEMA.md, Replay): on a connection of its own that waits for it.
     const connection = longCallConnection(ctx.redis, SEEK_TIMEOUT_MS);
     try {
-      await seek(new Scripts(connection), ctx.keys.topicData(record.topicUid), record.uid, {
+      return await seek(new Scripts(connection), ctx.keys.topicData(record.topicUid), record.uid, {
         time: ctx.clock.scriptTime(),
-        targetUs,
+        target,
         topicRetentionUs: topic && topicRetentionUs(topic),
         filtered: record.filter !== undefined,
         wakeChannel: ctx.keys.wakeChannel(record.topicUid),
@@ -136,6 +170,9 @@ export class ReplayService {
       if (subscription.retainAckedMessages && !subscription.detached && !retaining.has(subscription.topicUid)) {
         retaining.set(subscription.topicUid, undefined);
       }
+    }
+    for (const snapshot of await this.snapshots.all()) {
+      if (!retaining.has(snapshot.topicUid)) retaining.set(snapshot.topicUid, undefined);
     }
     return retaining;
   }

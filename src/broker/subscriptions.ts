@@ -223,41 +223,9 @@ export class SubscriptionService {
     const records = (names.length ? await redis.hmget(keys.subscriptions, ...names) : [])
       .filter((json): json is string => json !== null)
       .map((json) => JSON.parse(json) as SubscriptionRecord);
-    const topicNames = [...new Set(records.map((record) => record.topic))];
-    const topicJson = topicNames.length ? await redis.hmget(keys.topics, ...topicNames) : [];
-    const liveTopics = new Map(
-      topicNames.map((topic, i) => [topic, topicJson[i] ? (JSON.parse(topicJson[i]!) as TopicRecord) : undefined]),
-    );
+    const liveTopics = await this.topics.findEach(records.map((record) => record.topic));
     const subscriptions = records.map((record) => renderSubscription(record, liveTopics.get(record.topic)));
     return { ...(subscriptions.length ? { subscriptions } : {}), ...(nextPageToken ? { nextPageToken } : {}) };
-  }
-
-  /**
-   * Drops data marked for clean-up longer than `olderThanUs` ago in every usable region: deleted
-   * subscriptions whose drop was interrupted, and attaches whose record never got written.
-   * Returns how many it dropped.
-   */
-  async collectGarbage(olderThanUs: number): Promise<number> {
-    let dropped = 0;
-    for (const region of this.regions.localFirst()) {
-      const { redis, keys } = region.ctx;
-      const refs = await redis.zrangebyscore(keys.pendingCleanups, '-inf', olderThanUs, 'LIMIT', 0, 100);
-      for (const ref of refs) {
-        const [topicUid, subscriptionUid] = ref.split('/', 2);
-        const name = ref.slice(topicUid.length + subscriptionUid.length + 2);
-        // A record of that very incarnation came (back) meanwhile: its data is live, keep it,
-        // unless the record is detached (a detach interrupted before its drop finished).
-        const live = name
-          ? (JSON.parse((await redis.hget(keys.subscriptions, name)) ?? 'null') as SubscriptionRecord | null)
-          : null;
-        if (!live || live.uid !== subscriptionUid || live.detached) {
-          await this.controlPlane.dropData(region, topicUid, subscriptionUid);
-          dropped++;
-        }
-        await this.controlPlane.finishCleanup(region, ref);
-      }
-    }
-    return dropped;
   }
 
   /** The latest use of the subscription in any usable region (undefined: none recorded). */

@@ -61,6 +61,14 @@ export class TopicService {
     return json === null ? undefined : (JSON.parse(json) as TopicRecord);
   }
 
+  /** The live records of the named topics (undefined for a name with none), in one read. */
+  async findEach(fullNames: string[]): Promise<Map<string, TopicRecord | undefined>> {
+    const { ctx } = this.regions.requireLocal();
+    const names = [...new Set(fullNames)];
+    const records = names.length ? await ctx.redis.hmget(ctx.keys.topics, ...names) : [];
+    return new Map(names.map((name, i) => [name, records[i] ? (JSON.parse(records[i]!) as TopicRecord) : undefined]));
+  }
+
   /** Every live topic record this endpoint's region knows (background passes). */
   async all(): Promise<TopicRecord[]> {
     const { ctx } = this.regions.requireLocal();

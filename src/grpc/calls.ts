@@ -1,7 +1,7 @@
 import type { sendUnaryData, ServerUnaryCall, UntypedHandleCall } from '@grpc/grpc-js';
 import type { Broker } from '../broker/broker.ts';
 import type { CallContext } from '../broker/call-context.ts';
-import { ApiError, invalidArgument, unexpectedError } from '../errors.ts';
+import { invalidArgument, unexpectedError } from '../errors.ts';
 import { UndecodableRequest } from './protos.ts';
 import { grpcStatusOf } from './status.ts';
 
@@ -61,11 +61,4 @@ export function unary<Request, Response>(
 export function decoded<Request>(request: Request | UndecodableRequest): Request {
   if (request instanceof UndecodableRequest) throw invalidArgument(request.message);
   return request;
-}
-
-/** The handler of an RPC the broker does not implement: UNIMPLEMENTED, naming it. */
-export function unimplemented(rpc: string): UntypedHandleCall {
-  const error = grpcStatusOf(new ApiError('UNIMPLEMENTED', `The method ${rpc} is not implemented by this broker yet.`));
-  return (call: { emit(event: 'error', status: unknown): void }, callback?: sendUnaryData<never>) =>
-    callback ? callback(error) : call.emit('error', error);
 }

@@ -1,5 +1,5 @@
 import type { UntypedServiceImplementation } from '@grpc/grpc-js';
-import { type GrpcServices, unary, unimplemented } from './calls.ts';
+import { type GrpcServices, unary } from './calls.ts';
 import type { ProtoPubsubMessage } from './messages.ts';
 import { decodePublishMessages } from './messages.ts';
 import { pageRequest, requestName, requestProject, topicInput, topicProto, updateMaskPaths } from './resources.ts';
@@ -12,7 +12,7 @@ interface PageFields {
   pageToken?: string;
 }
 
-/** google.pubsub.v1.Publisher over the broker's topic, subscription and delivery services. */
+/** google.pubsub.v1.Publisher over the broker's topic, subscription, delivery and snapshot services. */
 export function publisherService(services: GrpcServices): UntypedServiceImplementation {
   const { broker } = services;
   return {
@@ -52,6 +52,8 @@ export function publisherService(services: GrpcServices): UntypedServiceImplemen
       await broker.subscriptions.detach(caller, requestName('subscriptions', request.subscription, 'subscription'));
       return {};
     }),
-    ListTopicSnapshots: unimplemented('Publisher.ListTopicSnapshots'),
+    ListTopicSnapshots: unary(services, (request: TopicRequest & PageFields, caller) =>
+      broker.snapshots.listOfTopic(caller, requestName('topics', request.topic, 'topic'), pageRequest(request)),
+    ),
   };
 }

@@ -1,5 +1,7 @@
 import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grpc-js';
+import type { Snapshot } from '../broker/snapshots.ts';
 import { parseBody } from '../schemas/common.ts';
+import { createSnapshotBodySchema, updateSnapshotBodySchema } from '../schemas/snapshots.ts';
 import {
   acknowledgeBodySchema,
   modifyAckDeadlineBodySchema,
@@ -8,7 +10,8 @@ import {
   seekBodySchema,
 } from '../schemas/subscriptions.ts';
 import { formatTimestampUs } from '../broker/durations.ts';
-import { type GrpcServices, unary, unimplemented } from './calls.ts';
+import { type GrpcServices, unary } from './calls.ts';
+import { convertPaths, type ProtoTimestamp, timestampFromJson } from './convert.ts';
 import {
   pageRequest,
   requestName,
@@ -23,15 +26,33 @@ import { streamingPull } from './streaming-pull.ts';
 interface SubscriptionRequest {
   subscription?: string;
 }
+interface SnapshotRequest {
+  snapshot?: string;
+}
+
+/** The Timestamp-valued fields of a Snapshot. */
+const SNAPSHOT_TIMESTAMPS = ['expireTime'];
+
+/** A Snapshot as the broker gives it (expireTime in RFC 3339) in its protobuf form. */
+const snapshotProto = (snapshot: Snapshot) =>
+  convertPaths<string, ProtoTimestamp>(snapshot, SNAPSHOT_TIMESTAMPS, timestampFromJson);
+
+/** A Snapshot a request gives, with its Timestamps in the JSON form the schemas take. */
+const snapshotJson = (snapshot: object | undefined) =>
+  convertPaths<ProtoTimestamp, string>(snapshot ?? {}, SNAPSHOT_TIMESTAMPS, (time) =>
+    formatTimestampUs(timestampMicros(time)),
+  );
 
 /**
- * google.pubsub.v1.Subscriber over the broker's subscription and delivery services. proto3 does
- * not send zero values, so a field left out means 0 or false (a nack's ackDeadlineSeconds).
+ * google.pubsub.v1.Subscriber over the broker's subscription, delivery, snapshot and replay
+ * services. proto3 does not send zero values, so a field left out means 0 or false (a nack's
+ * ackDeadlineSeconds).
  */
 export function subscriberService(services: GrpcServices): UntypedServiceImplementation {
   const { broker } = services;
   const subscription = (request: SubscriptionRequest) =>
     requestName('subscriptions', request.subscription, 'subscription');
+  const snapshot = (request: SnapshotRequest) => requestName('snapshots', request.snapshot, 'snapshot');
   const settledInFailedBatch = new SettledInFailedBatch();
   return {
     CreateSubscription: unary(services, async (request: { name?: string }, caller) => {
@@ -116,11 +137,37 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
       await broker.subscriptions.modifyPushConfig(caller, name, body);
       return {};
     }),
-    GetSnapshot: unimplemented('Subscriber.GetSnapshot'),
-    ListSnapshots: unimplemented('Subscriber.ListSnapshots'),
-    CreateSnapshot: unimplemented('Subscriber.CreateSnapshot'),
-    UpdateSnapshot: unimplemented('Subscriber.UpdateSnapshot'),
-    DeleteSnapshot: unimplemented('Subscriber.DeleteSnapshot'),
+    GetSnapshot: unary(services, async (request: SnapshotRequest, caller) =>
+      snapshotProto(await broker.snapshots.get(caller, snapshot(request))),
+    ),
+    ListSnapshots: unary(
+      services,
+      async (request: { project?: string; pageSize?: number; pageToken?: string }, caller) => {
+        const page = await broker.snapshots.list(caller, requestProject(request.project), pageRequest(request));
+        return { ...page, snapshots: page.snapshots?.map(snapshotProto) };
+      },
+    ),
+    CreateSnapshot: unary(services, async (request: { name?: string }, caller) => {
+      const name = requestName('snapshots', request.name, 'name');
+      const body = parseBody(createSnapshotBodySchema, request, 'request');
+      return snapshotProto(await broker.snapshots.create(caller, name, body));
+    }),
+    UpdateSnapshot: unary(
+      services,
+      async (request: { snapshot?: { name?: string }; updateMask?: { paths?: string[] } }, caller) => {
+        const name = requestName('snapshots', request.snapshot?.name, 'snapshot.name');
+        const body = parseBody(updateSnapshotBodySchema, { snapshot: snapshotJson(request.snapshot) }, 'request');
+        const updated = await broker.snapshots.update(caller, name, {
+          snapshot: body.snapshot,
+          updateMask: updateMaskPaths(request.updateMask),
+        });
+        return snapshotProto(updated);
+      },
+    ),
+    DeleteSnapshot: unary(services, async (request: SnapshotRequest, caller) => {
+      await broker.snapshots.delete(caller, snapshot(request));
+      return {};
+    }),
     Seek: unary(
       services,
       async (
@@ -138,6 +185,6 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
 }
 
 /** A google.protobuf.Timestamp (seconds as a string: the loader's longs) in microseconds. */
-function timestampMicros(time: { seconds?: string; nanos?: number }): number {
+function timestampMicros(time: ProtoTimestamp): number {
   return Number(time.seconds ?? 0) * 1_000_000 + Math.floor((time.nanos ?? 0) / 1000);
 }

@@ -5,7 +5,7 @@
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    "topicUid/subscriptionUid/name"
   Returns    REPLY_OK
-  Invariant: see put-subscription.
+  Invariant: see put-data-owner.
 ]]
 redis.call('ZADD', KEYS[1], now_us(ARGV[1]), ARGV[2])
 return REPLY_OK

@@ -4,9 +4,10 @@
 -- wrappers that decode them (test/lua/script-headers.test.ts checks that both sides agree, and
 -- that each script's header names the codes it answers).
 local REPLY_OK = 1
-local REPLY_REFUSED = 0 -- put-topic, put-subscription: the state there was kept (see may_put)
+local REPLY_REFUSED = 0 -- put-topic, put-data-owner: the state there was kept (see may_put)
 local REPLY_TOPIC_DELETED = -1 -- the topic incarnation is closed to publishing and attaching
 local REPLY_NO_SUBSCRIPTION = -1 -- the subscription is not attached (deleted, or never attached here)
+local REPLY_NO_SNAPSHOT = -5 -- seek: the snapshot is not recorded here (deleted, or never made here)
 local REPLY_ATTACHMENTS_CHANGED = -2 -- publish: re-read the attached subscriptions and retry
 local REPLY_STAMP_REFUSED = -3 -- publish: the publish time is too far from the script's clock
 local REPLY_FORWARDED_BEFORE = -4 -- publish: a forwarded message was stored before
@@ -161,6 +162,19 @@ local function argv_chunks(first, fn)
   in_chunks(ARGV, first, fn)
 end
 
+-- Gives each of the seqs one more body reference (a missing refs entry means one already).
+local function hold_bodies(refs_key, seqs)
+  in_chunks(seqs, 1, function(chunk)
+    local counts = redis.call('HMGET', refs_key, unpack(chunk))
+    local updates = {}
+    for i, seq in ipairs(chunk) do
+      updates[#updates + 1] = seq
+      updates[#updates + 1] = (tonumber(counts[i]) or 1) + 1
+    end
+    redis.call('HSET', refs_key, unpack(updates))
+  end)
+end
+
 -- A delivery entry is "seq" (never delivered) or "seq:gen" (last delivered as generation gen).
 local function split_entry(entry)
   local colon = string.find(entry, ':', 1, true)
@@ -278,7 +292,7 @@ local function revoke_from(keys, key, seq, ended, now, policy)
   return release_key(keys, key, true, head_due)
 end
 
--- ---- Control-plane records (put-topic, put-subscription) ----
+-- ---- Control-plane records (put-topic, put-data-owner) ----
 -- A name's stored state: its record JSON, else its tombstone JSON, else ''. Both carry a
 -- `version`; copies of the control plane in several regions converge on the highest.
 local function record_state(records_key, tombstones_key, name)

@@ -4,6 +4,7 @@
   KEYS[2]    topic name index (ZSET, score 0, for listing in name order)
   KEYS[3]    topic tombstones (HASH full name -> JSON {name, version, deleted, uid})
   KEYS[4]    the subscription names of the state's incarnation (ZSET; dropped with a tombstone)
+  KEYS[5]    the snapshot names of the state's incarnation (ZSET; dropped with a tombstone)
   ARGV[1]    'cas' (create, update, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
   ARGV[3]    full topic name
@@ -15,7 +16,7 @@
   Invariant: one state per name (record xor tombstone); the index holds exactly the recorded
              names; a region's copy only ever moves to a higher version.
 ]]
-local topics_key, index_key, tombstones_key, topic_subscriptions_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local topics_key, index_key, tombstones_key = KEYS[1], KEYS[2], KEYS[3]
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(topics_key, tombstones_key, name)
 if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
@@ -23,7 +24,7 @@ if ARGV[6] == '1' then
   redis.call('HDEL', topics_key, name)
   redis.call('ZREM', index_key, name)
   redis.call('HSET', tombstones_key, name, new_json)
-  redis.call('DEL', topic_subscriptions_key)
+  redis.call('DEL', KEYS[4], KEYS[5])
 else
   redis.call('HSET', topics_key, name, new_json)
   redis.call('ZADD', index_key, 0, name)

@@ -1,7 +1,10 @@
 --[[
   seek: sets a subscription's acknowledgement state from a publish time, as Pub/Sub's Seek to a
   time does: every message the subscription retains that was published at or after the target
-  is unacknowledged, every one before it acknowledged. It retains its unacknowledged messages
+  is unacknowledged, every one before it acknowledged; or from a snapshot of the topic, as Seek
+  to a snapshot does: the messages the snapshot holds are unacknowledged, and so is everything
+  the log kept from the snapshot's cut on (a filtered subscription: what its filter took since
+  it was created), every other message acknowledged. It retains its unacknowledged messages
   (younger than its retention) and, from the topic's log (while the topic retains), the messages
   it took since it was created, when it retains acknowledged messages or the topic retains
   (with the topic's own retention, also those from before it was created); a filtered
@@ -21,13 +24,16 @@
   KEYS[11]   body reference counts
   KEYS[12]   the topic's retained log (ZSET block -> latest publish time in it, µs)
   KEYS[13]   the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
+  KEYS[14..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
+             its info (HASH cut, ...); a seek to a time passes neither
   ARGV[1]    time override in microseconds, or ''
-  ARGV[2]    the target publish time (µs)
+  ARGV[2]    the target publish time (µs); ignored by a seek to a snapshot
   ARGV[3]    the topic's messageRetentionDuration in µs, or '' when it has none
   ARGV[4]    '1' when the subscription has a filter, else ''
   ARGV[5]    wake channel (published to when messages are available after the seek)
   Returns    {REPLY_OK, unacked}: how many messages are unacknowledged after the seek
              {REPLY_NO_SUBSCRIPTION}   the subscription does not exist here
+             {REPLY_NO_SNAPSHOT}       the snapshot does not exist here (nothing changed)
   Invariant: the invariants of SCHEMA.md hold after the seek as before it: every unacknowledged
              message is in exactly one place (`ready`, or `keyed` with its key queued) and
              holds one body reference, and the ones it no longer holds are released. A message
@@ -43,18 +49,32 @@ local bodies_prefix, refs_key, log_key = KEYS[10], KEYS[11], KEYS[12]
 local now = now_us(ARGV[1])
 local config = redis.call('HMGET', config_key, 'retentionUs', 'startSeq', 'ordered', 'retainAcked')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
+local to_snapshot = #KEYS >= 15
+local snapshot_held_key, cut = KEYS[14], nil
+if to_snapshot then
+  cut = tonumber(redis.call('HGET', KEYS[15], 'cut') or '')
+  if not cut then return {REPLY_NO_SNAPSHOT} end
+end
 mark_active(config_key, now)
-local target = tonumber(ARGV[2])
 local topic_retention = tonumber(ARGV[3]) or 0
 local filtered = ARGV[4] == '1'
 local oldest_kept = now - math.max(tonumber(config[1]), topic_retention)
--- The log's messages from before the subscription was created are its only through the topic's
--- own retention; a filter's selections exist only from its creation on.
-local first_own = (topic_retention > 0 and not filtered) and 0 or tonumber(config[2] or '0')
+local start_seq = tonumber(config[2] or '0')
 local ordered = config[3] == '1'
--- Acknowledged messages are the subscription's to replay only while it retains them, or the
--- topic does.
-local replays_log = config[4] == '1' or topic_retention > 0
+-- target: the publish time from which messages are unacknowledged. first_own: the log's
+-- messages from this seq on are the subscription's (a filter's selections exist only from its
+-- creation on). replays_log: whether the log's messages are its to take again at all.
+local target, first_own, replays_log
+if to_snapshot then
+  -- The snapshot kept the log from its cut on: those messages are every subscription's.
+  target, first_own, replays_log = -math.huge, filtered and math.max(cut, start_seq) or cut, true
+else
+  -- Before the subscription was created, only through the topic's own retention; acknowledged
+  -- ones only while it retains them, or the topic does.
+  target = tonumber(ARGV[2])
+  first_own = (topic_retention > 0 and not filtered) and 0 or start_seq
+  replays_log = config[4] == '1' or topic_retention > 0
+end
 
 -- What the subscription holds now: seq -> the generation it was last delivered as (0: never),
 -- for keyed messages their key and how many of those deliveries were uncounted.
@@ -99,6 +119,15 @@ local function add_block(block)
   end
 end
 for seq in pairs(held) do add_block(string.sub(seq, 1, -4)) end
+-- The snapshot's held messages: block -> its flags.
+local snapshot_flags = {}
+if to_snapshot then
+  local entries = redis.call('HGETALL', snapshot_held_key)
+  for i = 1, #entries, 2 do
+    snapshot_flags[entries[i]] = entries[i + 1]
+    add_block(entries[i])
+  end
+end
 for _, block in ipairs(replays_log and redis.call('ZRANGEBYSCORE', log_key, target, '+inf') or {}) do
   if (tonumber(block) + 1) * SEQS_PER_BLOCK > first_own then
     logged[block] = true
@@ -122,7 +151,7 @@ end
 -- beyond any publish time yet (the purge; see STAMP_MAX_AHEAD_US), or a logged block whose
 -- latest publish time is before it. Nor does one whose every message was published at or after
 -- it and within the retention, unless the subscription orders (the bodies hold the keys).
-local purge = target > now + STAMP_MAX_AHEAD_US
+local purge = not to_snapshot and target > now + STAMP_MAX_AHEAD_US
 local latest = purge and {} or scores_of(log_key)
 local earliest = (purge or ordered) and {} or scores_of(KEYS[13])
 local function all_before(block)
@@ -196,26 +225,36 @@ for i = 0, SEQS_PER_BLOCK - 1 do FIELDS[i] = string.format('%03d', i) end
 
 -- Takes or releases each of the subscription's messages in a block, in seq order. present:
 -- field -> body (or true where the body was not read: every message of the block is at or after
--- the target and within the retention); a message is the subscription's if it holds it, or, in
--- a logged block, from its first own seq on as its filter took it.
+-- the target and within the retention, or it is a snapshot's and the subscription does not
+-- order); a message is a candidate if the subscription holds it (a seek to a time) or the
+-- snapshot does, or, in a logged block, from its first own seq on as its filter took it.
 local function settle_block(block, present, flags)
   local first_field = logged[block] and math.max(0, first_own - tonumber(block) * SEQS_PER_BLOCK) or SEQS_PER_BLOCK
+  local snapshot_holds = snapshot_flags[block]
   for i = 0, SEQS_PER_BLOCK - 1 do
     local body = present[FIELDS[i]]
     if body then
       local seq = block .. FIELDS[i]
       local gen = held[seq]
-      if gen ~= nil or (i >= first_field and (not flags or string.byte(flags, i + 1) ~= 48)) then
+      local candidate
+      if to_snapshot then
+        candidate = snapshot_holds ~= nil and string.byte(snapshot_holds, i + 1) == 49
+      else
+        candidate = gen ~= nil
+      end
+      local unacked_after = false
+      if candidate or (i >= first_field and (not flags or string.byte(flags, i + 1) ~= 48)) then
         local stamp = body == true and math.huge or tonumber(string.sub(body, 1, 16))
-        if stamp >= target and stamp >= oldest_kept then
-          if gen == nil then
-            taken_again[#taken_again + 1] = seq
-            gen = next_epoch()
-          end
-          unack(seq, gen, ordered and (key_of[seq] or (body ~= true and ordering_key_of(body))) or nil)
-        elseif gen ~= nil then
-          released[#released + 1] = seq
+        unacked_after = stamp >= target and stamp >= oldest_kept
+      end
+      if unacked_after then
+        if gen == nil then
+          taken_again[#taken_again + 1] = seq
+          gen = next_epoch()
         end
+        unack(seq, gen, ordered and (key_of[seq] or (body ~= true and ordering_key_of(body))) or nil)
+      elseif gen ~= nil then
+        released[#released + 1] = seq
       end
     end
   end
@@ -237,29 +276,28 @@ for _, block in ipairs(order) do
       local fields = redis.call('HGETALL', block_key)
       for i = 1, #fields, 2 do present[fields[i]] = fields[i + 1] end
     else
-      local wanted = {}
+      local wanted, snapshot_holds = {}, snapshot_flags[block]
       for i = 0, SEQS_PER_BLOCK - 1 do
-        if held[block .. FIELDS[i]] then wanted[#wanted + 1] = FIELDS[i] end
+        if held[block .. FIELDS[i]] or (snapshot_holds and string.byte(snapshot_holds, i + 1) == 49) then
+          wanted[#wanted + 1] = FIELDS[i]
+        end
       end
-      local found = redis.call('HMGET', block_key, unpack(wanted))
-      for i, field in ipairs(wanted) do present[field] = found[i] or nil end
+      if to_snapshot and not ordered then
+        -- Held by the subscription or the snapshot, so stored; no publish time to compare.
+        for _, field in ipairs(wanted) do present[field] = true end
+      else
+        local found = redis.call('HMGET', block_key, unpack(wanted))
+        for i, field in ipairs(wanted) do present[field] = found[i] or nil end
+      end
     end
     settle_block(block, present, flags or nil)
   end
 end
 flush(true)
 
--- Each message taken again holds one more body reference (the log holds one already: an
--- absent count means 1); each one acknowledged by the seek gives its reference back.
-in_chunks(taken_again, 1, function(chunk)
-  local counts = redis.call('HMGET', refs_key, unpack(chunk))
-  local updates = {}
-  for i, seq in ipairs(chunk) do
-    updates[#updates + 1] = seq
-    updates[#updates + 1] = (tonumber(counts[i]) or 1) + 1
-  end
-  redis.call('HSET', refs_key, unpack(updates))
-end)
+-- Each message taken again holds one more body reference (the log, or a snapshot, holds one
+-- already); each one acknowledged by the seek gives its reference back.
+hold_bodies(refs_key, taken_again)
 in_chunks(released, 1, function(chunk) release_bodies(bodies_prefix, refs_key, chunk) end)
 if unacked > 0 then redis.call('PUBLISH', ARGV[5], '1') end
 return {REPLY_OK, unacked}

@@ -57,6 +57,19 @@ export class Keys {
   topicSubscriptions(topicUid: string): string {
     return this.meta(`topic-subscriptions:${topicUid}`);
   }
+  get snapshots(): string {
+    return this.meta('snapshots');
+  }
+  get snapshotIndex(): string {
+    return this.meta('snapshot-index');
+  }
+  get snapshotTombstones(): string {
+    return this.meta('snapshot-tombstones');
+  }
+  /** The names of the snapshots of one topic incarnation (ListTopicSnapshots). */
+  topicSnapshots(topicUid: string): string {
+    return this.meta(`topic-snapshots:${topicUid}`);
+  }
 
   // ---- data plane ({t<uid>}) ----
   topicData(topicUid: string): TopicKeys {
@@ -125,9 +138,16 @@ export class TopicKeys {
   get logStart(): string {
     return `${this.base}:log-start`;
   }
-  /** Who makes the topic retain acknowledged messages (HASH subscription uid -> retention, µs). */
+  /**
+   * Who makes the topic retain acknowledged messages (HASH subscription uid, or
+   * `snapshot:<uid>` for a snapshot -> retention, µs).
+   */
   get retainers(): string {
     return `${this.base}:retainers`;
+  }
+  snapshot(snapshotUid: string): SnapshotKeys {
+    const base = `${this.base}:snap:${snapshotUid}`;
+    return { held: `${base}:held`, info: `${base}:info`, retainer: `snapshot:${snapshotUid}` };
   }
   subscription(subscriptionUid: string): SubscriptionKeys {
     const base = `${this.base}:s:${subscriptionUid}`;
@@ -143,6 +163,16 @@ export class TopicKeys {
       selections: `${base}:selections`,
     };
   }
+}
+
+/** One snapshot's data in one region (create-snapshot.lua). */
+export interface SnapshotKeys {
+  /** The messages it holds: block -> 1000 characters, '1' at each seq it holds. */
+  held: string;
+  /** `cut` (the first seq published after it), `held` (how many it holds), `oldest` (µs, or ''). */
+  info: string;
+  /** Its field in the topic's retainers (not a key). */
+  retainer: string;
 }
 
 export interface SubscriptionKeys {

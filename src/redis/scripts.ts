@@ -30,11 +30,13 @@ export const SCRIPT_NAMES = [
   'drop-subscription',
   'delete-topic-data',
   'put-topic',
-  'put-subscription',
+  'put-data-owner',
   'mark-cleanup',
   'finish-cleanup',
   'seek',
   'expire-log',
+  'create-snapshot',
+  'drop-snapshot',
 ] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 

@@ -3,13 +3,16 @@
 // (the broker checks none). Dead-letter and retry policies set by `subscriptions create` and
 // `update` flags, read back by `describe`; a pull shows deliveryAttempt, and a nack's backoff
 // holds the message back until gcloud's long poll gets it; `subscriptions seek --time` purges a
-// backlog. Skipped where gcloud is not installed.
+// backlog. Snapshots made, listed, described and deleted by `snapshots` commands, and
+// `subscriptions seek --snapshot` bringing back what was acknowledged after one was made.
+// Skipped where gcloud is not installed.
 
 import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { formatTimestampUs, parseTimestampUs } from '../../src/broker/durations.ts';
 import { openPolicyBroker } from '../helpers/policy-broker.ts';
 import { tempDir } from '../helpers/processes.ts';
 
@@ -20,7 +23,8 @@ const installed = await run('gcloud', ['--version']).then(
   () => false,
 );
 
-t.test('gcloud sets dead-letter and retry policies and pulls with deliveryAttempt', { skip: !installed }, async (t) => {
+/** A broker listening on a port, and gcloud (with a configuration of its own) pointed at it, in project p. */
+async function openGcloud(t: Test) {
   const b = await openPolicyBroker(t);
   const address = b.app.server.address() as { port: number };
   const config = tempDir(t, 'gcloud-config');
@@ -34,13 +38,22 @@ t.test('gcloud sets dead-letter and retry policies and pulls with deliveryAttemp
     CLOUDSDK_CORE_PROJECT: 'p',
     CLOUDSDK_CORE_DISABLE_PROMPTS: '1',
   };
-  const gcloud = async (...args: string[]) =>
-    JSON.parse((await run('gcloud', ['pubsub', ...args, '--format=json'], { env })).stdout || 'null');
+  const json = async (args: string[]) =>
+    JSON.parse((await run('gcloud', [...args, '--format=json'], { env })).stdout || 'null');
+  const gcloud = (...args: string[]) => json(['pubsub', ...args]);
+  /** A command of the alpha release track (`topics list-snapshots` is only there). */
+  const alpha = (...args: string[]) => json(['alpha', 'pubsub', ...args]);
+  /** The error output of a gcloud command that fails ('' if it succeeds). */
   const refusal = (...args: string[]) =>
     run('gcloud', ['pubsub', ...args], { env }).then(
       () => '',
       (error: { stderr: string }) => error.stderr,
     );
+  return { b, env, gcloud, alpha, refusal };
+}
+
+t.test('gcloud sets dead-letter and retry policies and pulls with deliveryAttempt', { skip: !installed }, async (t) => {
+  const { b, env, gcloud, refusal } = await openGcloud(t);
 
   await gcloud('topics', 'create', 'orders');
   await gcloud('topics', 'create', 'orders-dead');
@@ -140,4 +153,111 @@ t.test('gcloud sets dead-letter and retry policies and pulls with deliveryAttemp
     { env },
   );
   t.same(await pullNow(), {}, 'gcloud subscriptions seek --time purges it');
+});
+
+t.test('gcloud makes, lists, describes and deletes a snapshot, and seeks to it', { skip: !installed }, async (t) => {
+  const { b, gcloud, alpha, refusal } = await openGcloud(t);
+  const SEVEN_DAYS_US = 7 * 24 * 3600 * 1_000_000;
+  /** What `subscriptions pull --auto-ack` got, sorted by text: [text, ackStatus]. */
+  const pullAcked = async (subscription: string) =>
+    ((await gcloud('subscriptions', 'pull', subscription, '--auto-ack', '--limit=10')) as any[])
+      .map((m) => [Buffer.from(m.message.data, 'base64').toString(), m.ackStatus])
+      .sort();
+  const pullNow = (subscription: string) =>
+    b.ok('POST', `/v1/projects/p/subscriptions/${subscription}:pull`, { maxMessages: 10, returnImmediately: true });
+
+  await gcloud('topics', 'create', 'events');
+  await gcloud('topics', 'create', 'others');
+  // It retains acknowledged messages: a seek to the snapshot could bring them back, and must not.
+  await gcloud('subscriptions', 'create', 'events-sub', '--topic', 'events', '--retain-acked-messages');
+  await gcloud('subscriptions', 'create', 'others-sub', '--topic', 'others');
+  await gcloud('topics', 'publish', 'events', '--message', 'acked-before');
+  t.strictSame(await pullAcked('events-sub'), [['acked-before', 'SUCCESS']], 'acknowledged before the snapshot');
+  await gcloud('topics', 'publish', 'events', '--message', 'unacked');
+
+  const created = await gcloud('snapshots', 'create', 'snap', '--subscription=events-sub', '--labels=team=ops');
+  t.equal(created.length, 1, 'one snapshot made');
+  const { expireTime } = created[0];
+  t.strictSame(
+    created,
+    [{ snapshotId: 'projects/p/snapshots/snap', topic: 'projects/p/topics/events', expireTime }],
+    "named, of the subscription's topic",
+  );
+  t.match(
+    await refusal('snapshots', 'create', 'snap', '--subscription=events-sub'),
+    /Resource already exists in the project \(resource=snap\)/,
+    'a second snapshot of the same name is refused',
+  );
+
+  await gcloud('topics', 'publish', 'events', '--message', 'after');
+  const pulled = (await gcloud('subscriptions', 'pull', 'events-sub', '--auto-ack', '--limit=10')) as any[];
+  t.strictSame(
+    pulled.map((m) => [Buffer.from(m.message.data, 'base64').toString(), m.ackStatus]).sort(),
+    [
+      ['after', 'SUCCESS'],
+      ['unacked', 'SUCCESS'],
+    ],
+    'the rest acknowledged after the snapshot',
+  );
+  t.strictSame(await pullNow('events-sub'), {}, 'nothing left');
+  const unacked = pulled.find((m) => Buffer.from(m.message.data, 'base64').toString() === 'unacked');
+  t.equal(
+    expireTime,
+    formatTimestampUs(parseTimestampUs(unacked.message.publishTime, 'publishTime') + SEVEN_DAYS_US),
+    'it expires seven days after its oldest unacknowledged message was published',
+  );
+
+  const snapshot = { name: 'projects/p/snapshots/snap', topic: 'projects/p/topics/events', expireTime };
+  t.strictSame(
+    await gcloud('snapshots', 'list'),
+    [{ ...snapshot, labels: { team: 'ops' }, projectId: 'p', snapshotId: 'snap', topicId: 'events' }],
+    'listed, with its labels',
+  );
+  t.strictSame(await gcloud('snapshots', 'describe', 'snap'), { ...snapshot, labels: { team: 'ops' } }, 'described');
+  t.strictSame(
+    await alpha('topics', 'list-snapshots', 'events'),
+    ['projects/p/snapshots/snap'],
+    "the topic's snapshots",
+  );
+  t.strictSame(await alpha('topics', 'list-snapshots', 'others'), [], 'none of another topic');
+
+  t.strictSame(
+    await gcloud('subscriptions', 'seek', 'events-sub', '--snapshot=snap'),
+    {
+      subscriptionId: 'projects/p/subscriptions/events-sub',
+      snapshotId: 'projects/p/snapshots/snap',
+    },
+    'the seek answers',
+  );
+  t.strictSame(
+    await pullAcked('events-sub'),
+    [
+      ['after', 'SUCCESS'],
+      ['unacked', 'SUCCESS'],
+    ],
+    'the seek brings back what the snapshot held unacknowledged and what was published after it',
+  );
+  t.strictSame(await pullNow('events-sub'), {}, 'and not what was acknowledged before it');
+  t.match(
+    await refusal('subscriptions', 'seek', 'others-sub', '--snapshot=snap'),
+    /FAILED_PRECONDITION[\s\S]*is of another topic/,
+    'a subscription of another topic cannot seek to the snapshot',
+  );
+
+  t.strictSame(
+    await gcloud('snapshots', 'delete', 'snap'),
+    [{ snapshotId: 'projects/p/snapshots/snap', topic: null, expireTime: null }],
+    'the delete answers',
+  );
+  t.strictSame(await gcloud('snapshots', 'list'), [], 'deleted');
+  t.match(
+    await refusal('snapshots', 'describe', 'snap'),
+    /NOT_FOUND[\s\S]*Resource not found \(resource=snap\)/,
+    'nor described',
+  );
+  t.match(
+    await refusal('subscriptions', 'seek', 'events-sub', '--snapshot=snap'),
+    /Resource not found \(resource=snap\)/,
+    'a deleted snapshot is no seek target',
+  );
 });

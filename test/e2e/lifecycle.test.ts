@@ -160,13 +160,13 @@ for (const target of redisTargets()) {
 
     const now = Number(clock.scriptTime());
     t.equal(
-      await broker.app.broker.subscriptions.collectGarbage(now - 60_000_000),
+      await broker.app.broker.controlPlane.collectGarbage(now - 60_000_000),
       0,
       'nothing is collected within the grace period',
     );
     clock.advanceSeconds(120);
     t.equal(
-      await broker.app.broker.subscriptions.collectGarbage(Number(clock.scriptTime()) - 60_000_000),
+      await broker.app.broker.controlPlane.collectGarbage(Number(clock.scriptTime()) - 60_000_000),
       1,
       'collected after it',
     );

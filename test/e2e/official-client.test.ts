@@ -50,6 +50,7 @@ import type { ClientConfig } from '@google-cloud/pubsub';
 import { Redis } from 'ioredis';
 import { buildApp } from '../../src/app.ts';
 import { LIFT_ABOVE_BYTES } from '../../src/json-body.ts';
+import { deleteSnapshotAndCheck, rejection } from '../helpers/official-client.ts';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
 
 const outgoing: string[] = [];
@@ -121,16 +122,6 @@ t.teardown(async () => {
 const topicPath = (id: string) => `projects/${PROJECT}/topics/${id}`;
 const subscriptionPath = (id: string) => `projects/${PROJECT}/subscriptions/${id}`;
 const unique = (name: string) => `${name}-${Math.random().toString(36).slice(2, 10)}`;
-
-/** Calls `fn`, expecting it to reject; returns the rejection. */
-async function rejection(fn: () => Promise<unknown>): Promise<GoogleError> {
-  try {
-    await fn();
-  } catch (error) {
-    return error as GoogleError;
-  }
-  throw new Error('expected the call to fail, but it succeeded');
-}
 
 /** Pulls until `count` messages arrived (or a few long polls came back short). */
 async function pullMessages(subscription: string, count: number) {
@@ -428,6 +419,68 @@ t.test('seek over REST: a time before the publishes replays, a later one purges'
   t.same(empty.receivedMessages ?? [], [], 'a seek to a later time leaves nothing to pull');
   await subscription.delete();
   await topic.delete();
+});
+
+t.test('snapshots over REST: create, seek to one, list, delete', async (t) => {
+  const topicId = unique('snap-topic');
+  const subId = unique('snap-sub');
+  const [topic] = await pubsub.createTopic(topicId);
+  const [subscription] = await topic.createSubscription(subId);
+  t.teardown(async () => {
+    await subscription.delete();
+    await topic.delete();
+  });
+  const publishedAt = Date.now();
+  for (const text of ['a', 'b']) await topic.publishMessage({ data: Buffer.from(text) });
+
+  const snapshotId = unique('snap');
+  const snapshotName = `projects/${PROJECT}/snapshots/${snapshotId}`;
+  const [snapshot] = await subscription.createSnapshot(snapshotId);
+  t.equal(snapshot.name, snapshotName, 'createSnapshot answers the snapshot');
+  t.equal(snapshot.metadata?.topic, topicPath(topicId), 'of the topic of the subscription');
+  const expireMs = Number(snapshot.metadata?.expireTime?.seconds) * 1000;
+  const weekMs = 7 * 24 * 3600 * 1000;
+  t.ok(
+    expireMs >= publishedAt + weekMs - 2000 && expireMs <= Date.now() + weekMs,
+    'expireTime, decoded as a Timestamp: seven days after the oldest unacknowledged message',
+  );
+  t.match(
+    wire.find((x) => x.method === 'PUT' && x.url.split('?')[0] === `/v1/${snapshotName}`),
+    { body: { subscription: subscriptionPath(subId) } },
+    'sent as PUT /v1/{name} with the subscription in the body',
+  );
+
+  await topic.publishMessage({ data: Buffer.from('c') });
+  const first = await pullMessages(subscriptionPath(subId), 3);
+  await subscriber.acknowledge({ subscription: subscriptionPath(subId), ackIds: first.map((m) => m.ackId!) });
+  t.strictSame((await subscription.seek(snapshotId))[0], {}, 'a seek to the snapshot answers {}');
+  t.strictSame(
+    wire
+      .filter((x) => x.url.split('?')[0] === `/v1/${subscriptionPath(subId)}:seek`)
+      .map(({ method, body }) => ({ method, body })),
+    [{ method: 'POST', body: { snapshot: snapshotName } }],
+    'sent once, with the full snapshot name',
+  );
+  const replayed = await pullMessages(subscriptionPath(subId), 3);
+  t.same(
+    replayed.map((m) => Buffer.from(m.message!.data as Uint8Array).toString()).sort(),
+    ['a', 'b', 'c'],
+    "the snapshot's messages and the one published after it come back",
+  );
+  if (replayed.length > 0) {
+    await subscriber.acknowledge({ subscription: subscriptionPath(subId), ackIds: replayed.map((m) => m.ackId!) });
+  }
+
+  const [snapshots] = await pubsub.getSnapshots();
+  const listed = snapshots.find((s) => s.name === snapshotName);
+  t.equal(listed?.metadata?.topic, topicPath(topicId), 'getSnapshots lists it, with its topic');
+  t.equal(
+    String(listed?.metadata?.expireTime?.seconds),
+    String(snapshot.metadata?.expireTime?.seconds),
+    'and expireTime',
+  );
+
+  await deleteSnapshotAndCheck(t, pubsub, subscription, snapshot);
 });
 
 t.test('without validateStatus, gax 5 hands back raw GaxiosErrors (why the config sets it)', async (t) => {

@@ -1,8 +1,9 @@
 // A broker killed (SIGKILL) while a large seek runs: after the restart the seek either happened
 // (every retained message is unacknowledged again) or did not (none is), never half; and nothing
-// retained is lost: a seek through the restarted broker brings back every message, once.
-
-import t from 'tap';
+// retained is lost: a seek through the restarted broker brings back every message, once. The
+// same for a large snapshot being made: afterwards it exists whole (a seek to it brings back the
+// backlog it recorded) or not at all (it can be made again).
+import t, { type Test } from 'tap';
 import { call, freePort, startBrokerProcess, stopProcess, tempDir } from '../helpers/processes.ts';
 
 const TOPIC = '/v1/projects/crash/topics/replayed';
@@ -24,28 +25,34 @@ async function drain(url: string): Promise<string[]> {
   }
 }
 
+/** A topic and subscription with MESSAGES published to it; returns their message IDs. */
+async function fillBacklog(t: Test, url: string, settings: object): Promise<string[]> {
+  t.equal((await call(url, 'PUT', TOPIC, {})).status, 200);
+  const created = await call(url, 'PUT', SUBSCRIPTION, {
+    topic: 'projects/crash/topics/replayed',
+    ackDeadlineSeconds: 600,
+    ...settings,
+  });
+  t.equal(created.status, 200);
+  const published: string[] = [];
+  const data = Buffer.alloc(512, 1).toString('base64');
+  for (let i = 0; i < MESSAGES; i += 1000) {
+    const response = await call(url, 'POST', `${TOPIC}:publish`, {
+      messages: Array.from({ length: 1000 }, () => ({ data })),
+    });
+    published.push(...response.body.messageIds);
+  }
+  return published;
+}
+
 t.test('SIGKILL of the broker during a large seek: all or nothing, and nothing lost', async (t) => {
   const env = { DATA_DIR: tempDir(t, 'seek-crash'), REDIS_PORT: String(await freePort()) };
   let broker = await startBrokerProcess(env);
   t.teardown(async () => {
     await stopProcess(broker.child);
   });
-  t.equal((await call(broker.url, 'PUT', TOPIC, {})).status, 200);
-  const created = await call(broker.url, 'PUT', SUBSCRIPTION, {
-    topic: 'projects/crash/topics/replayed',
-    retainAckedMessages: true,
-    ackDeadlineSeconds: 600,
-  });
-  t.equal(created.status, 200);
   const before = new Date(Date.now() - 1000).toISOString();
-  const published: string[] = [];
-  const data = Buffer.alloc(512, 1).toString('base64');
-  for (let i = 0; i < MESSAGES; i += 1000) {
-    const response = await call(broker.url, 'POST', `${TOPIC}:publish`, {
-      messages: Array.from({ length: 1000 }, () => ({ data })),
-    });
-    published.push(...response.body.messageIds);
-  }
+  const published = await fillBacklog(t, broker.url, { retainAckedMessages: true });
   t.equal((await drain(broker.url)).length, MESSAGES, 'the backlog is acknowledged');
 
   // The seek reaches Redis, and the broker dies while the script runs (or just before it).
@@ -64,4 +71,28 @@ t.test('SIGKILL of the broker during a large seek: all or nothing, and nothing l
   t.equal((await call(broker.url, 'POST', `${SUBSCRIPTION}:seek`, { time: before })).status, 200);
   const replayed = await drain(broker.url);
   t.same([...replayed].sort(), [...published].sort(), 'a seek after the restart brings back every message, once');
+});
+
+t.test('SIGKILL of the broker while it makes a large snapshot: made whole or not at all', async (t) => {
+  const env = { DATA_DIR: tempDir(t, 'snapshot-crash'), REDIS_PORT: String(await freePort()) };
+  let broker = await startBrokerProcess(env);
+  t.teardown(async () => {
+    await stopProcess(broker.child);
+  });
+  const published = await fillBacklog(t, broker.url, {});
+  const SNAPSHOT = '/v1/projects/crash/snapshots/backlog';
+  const body = { subscription: 'projects/crash/subscriptions/replayed-sub' };
+  const creating = call(broker.url, 'PUT', SNAPSHOT, body);
+  await sleep(20);
+  broker.child.kill('SIGKILL');
+  await creating;
+  broker = await startBrokerProcess(env);
+  const found = await call(broker.url, 'GET', SNAPSHOT);
+  t.ok([200, 404].includes(found.status), `the snapshot is there or not (${found.status})`);
+  if (found.status === 404) t.equal((await call(broker.url, 'PUT', SNAPSHOT, body)).status, 200, 'made again');
+  t.equal((await drain(broker.url)).length, MESSAGES, 'the backlog is acknowledged');
+  const seek = await call(broker.url, 'POST', `${SUBSCRIPTION}:seek`, { snapshot: 'projects/crash/snapshots/backlog' });
+  t.equal(seek.status, 200);
+  const replayed = await drain(broker.url);
+  t.same([...replayed].sort(), [...published].sort(), 'a seek to it brings back the whole backlog, once');
 });

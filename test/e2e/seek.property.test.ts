@@ -1,7 +1,8 @@
-// Randomized model-based test of seek to a time and retention, on a ManualClock: random
+// Randomized model-based test of seek, snapshots and retention, on a ManualClock: random
 // publishes, pulls, acks, nacks, stale acks, advances of time (some past every lease's deadline,
-// some past the retention), janitor passes and seeks to random times (a message's publish time
-// exactly, between, before everything or after it), on subscriptions with and without
+// some past the retention), janitor passes, seeks to random times (a message's publish time
+// exactly, between, before everything or after it), snapshots, seeks to one of them and
+// deletes of them, on subscriptions with and without
 // retainAckedMessages, exactly-once, ordering, a filter, and a topic retention that reaches back
 // before the subscription existed. The model knows, for every message, whether it is
 // acknowledged, leased, or past the retention (published more than the subscription's
@@ -11,6 +12,9 @@
 //   - what a seek to T does: every message it retains (unacknowledged; acknowledged too with
 //     retainAckedMessages or the topic's retention) published at or after T is unacknowledged,
 //     every other acknowledged, and every lease ends: its ack ID never acknowledges anything again;
+//   - what a snapshot records: the messages unacknowledged when it was made (leased ones too),
+//     and that everything published after it is the snapshot's; a seek to it makes exactly
+//     those unacknowledged (within the retention), every other acknowledged, and ends every lease;
 //   - a filtered subscription never gets a message its filter refuses, before or after a seek.
 // Checked on every pull: the broker delivers exactly what the model allows.
 
@@ -222,6 +226,39 @@ for (const target of redisTargets()) {
         t.equal(status, variant.exactlyOnce ? 400 : 200, 'a stale ack ID');
       };
 
+      /** The snapshots made and not deleted: what each held, and the first message published after it. */
+      const snapshots = new Map<string, { held: Set<Message>; firstAfter: number }>();
+      let snapshotsMade = 0;
+      const snapshot = async () => {
+        const id = `snap-${snapshotsMade++}`;
+        const { status, body } = await broker.api('PUT', `${P}/snapshots/${id}`, {
+          subscription: 'projects/p/subscriptions/model',
+        });
+        t.equal(status, 200, `snapshot: ${JSON.stringify(body)}`);
+        snapshots.set(id, { held: new Set(messages.filter((m) => !m.acked)), firstAfter: messages.length });
+      };
+
+      const seekToSnapshot = async () => {
+        if (snapshots.size === 0) return;
+        const id = random.pick([...snapshots.keys()]);
+        const { held, firstAfter } = snapshots.get(id)!;
+        const { status, body } = await broker.api('POST', `${P}/subscriptions/model:seek`, {
+          snapshot: `projects/p/snapshots/${id}`,
+        });
+        t.equal(status, 200, `seek to a snapshot: ${JSON.stringify(body)}`);
+        messages.forEach((m, i) => {
+          endLease(m);
+          m.acked = !(held.has(m) || (i >= firstAfter && m.matches));
+        });
+      };
+
+      const deleteSnapshot = async () => {
+        if (snapshots.size === 0) return;
+        const id = random.pick([...snapshots.keys()]);
+        t.equal((await broker.api('DELETE', `${P}/snapshots/${id}`)).status, 200, 'snapshot deleted');
+        snapshots.delete(id);
+      };
+
       const seek = async () => {
         const choice = random.int(0, 3);
         const targetUs =
@@ -253,7 +290,10 @@ for (const target of redisTargets()) {
         else if (roll < 60) await acknowledge();
         else if (roll < 67) await nack();
         else if (roll < 71) await staleAck();
-        else if (roll < 82) await seek();
+        else if (roll < 77) await seek();
+        else if (roll < 79) await snapshot();
+        else if (roll < 81) await seekToSnapshot();
+        else if (roll < 82) await deleteSnapshot();
         else if (roll < 86) await broker.app.broker.replay.expireLogs();
         else if (roll < 97) advance(random.int(1, 20));
         else advance(ACK_DEADLINE_S + random.int(0, RETENTION_S / 2));

@@ -338,7 +338,8 @@ for (const target of redisTargets()) {
       ],
       ['a malformed time', { time: 'yesterday' }, 400, 'INVALID_ARGUMENT'],
       ['an unknown field', { time: formatTimestampUs(START_US), when: 1 }, 400, 'INVALID_ARGUMENT'],
-      ['a snapshot', { snapshot: 'projects/p/snapshots/s' }, 501, 'UNIMPLEMENTED'],
+      ['an unknown snapshot', { snapshot: 'projects/p/snapshots/nothing' }, 404, 'NOT_FOUND'],
+      ['a malformed snapshot name', { snapshot: 'projects/p/snapshots/s' }, 400, 'INVALID_ARGUMENT'],
     ];
     for (const [what, body, status, code] of cases) {
       const answer = await broker.api('POST', `${P}/subscriptions/errors:seek`, body);

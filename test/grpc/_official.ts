@@ -67,12 +67,4 @@ export async function backlog(app: FastifyInstance, subscriptionId: string): Pro
   return Number(line.split(' ').at(-1));
 }
 
-/** Calls `fn`, expecting it to reject; returns the rejection. */
-export async function rejection<E = GoogleError>(fn: () => Promise<unknown>): Promise<E> {
-  try {
-    await fn();
-  } catch (error) {
-    return error as E;
-  }
-  throw new Error('expected the call to fail, but it succeeded');
-}
+export { rejection } from '../helpers/official-client.ts';

@@ -255,14 +255,22 @@ t.test('admin errors carry the canonical gRPC codes', async (t) => {
   t.equal(badDeadline.code, 3, 'INVALID_ARGUMENT for an ack deadline under 10 s');
 
   const subscription = pubsub.subscription(subId);
-  for (const [what, call] of [
-    ['createSnapshot', () => subscription.createSnapshot(unique('snap'))],
-    ['getSnapshots', () => pubsub.getSnapshots()],
-  ] as const) {
-    const error = await rejection(call);
-    t.equal(error.code, 12, `${what}: UNIMPLEMENTED`);
-    t.match(error.message, /not implemented/);
-  }
+  const snapshotId = unique('dup-snap');
+  const [snapshot] = await subscription.createSnapshot(snapshotId);
+  t.teardown(() => snapshot.delete());
+  const duplicateSnapshot = await rejection(() => subscription.createSnapshot(snapshotId));
+  t.equal(duplicateSnapshot.code, 6, 'ALREADY_EXISTS for a snapshot');
+  const orphanSnapshot = await rejection(() => pubsub.subscription(unique('gone')).createSnapshot(unique('snap')));
+  t.equal(orphanSnapshot.code, 5, 'a snapshot of a missing subscription is NOT_FOUND');
+  const badSnapshotName = await rejection(() => subscription.createSnapshot('no spaces allowed'));
+  t.equal(badSnapshotName.code, 3, 'INVALID_ARGUMENT for a bad snapshot name');
+  const missingSnapshot = await rejection(() => pubsub.snapshot(unique('missing-snap')).delete());
+  t.equal(missingSnapshot.code, 5, 'NOT_FOUND for a snapshot');
+  const [snapshots] = await pubsub.getSnapshots();
+  t.ok(
+    snapshots.some((s) => s.name === snapshot.name),
+    'getSnapshots lists the snapshot that was made',
+  );
 });
 
 /** The Publish calls that reach the broker from now until the test ends: their message counts. */

@@ -1,10 +1,11 @@
 // The unary RPCs of google.pubsub.v1 Publisher and Subscriber over gRPC, spoken with a raw grpc-js
 // client: each implemented RPC's answer and its error codes, the limits (the same as over REST),
-// the per-ack-ID failures of exactly-once acks in the grpc-status-details-bin trailer, and the
-// conversion of Durations, Timestamps and FieldMasks.
+// the per-ack-ID failures of exactly-once acks in the grpc-status-details-bin trailer, snapshots
+// and seeks to them, and the conversion of Durations, Timestamps and FieldMasks.
 
 import { status as grpcStatus } from '@grpc/grpc-js';
 import t from 'tap';
+import { ManualClock } from '../../src/broker/clock.ts';
 import {
   ackFailures,
   ackIdsOf,
@@ -505,18 +506,232 @@ t.test('exactly-once ack failures carry an ErrorInfo in grpc-status-details-bin'
   );
 });
 
-t.test('unimplemented RPCs answer UNIMPLEMENTED, naming the method', async (t) => {
+t.test('snapshots: create, get, list, list of a topic, update, seek, delete', async (t) => {
+  // A start with a fraction of a second, so that expireTime's nanos are not 0.
+  const startUs = Date.UTC(2026, 0, 1) * 1000 + 123_456;
+  const clock = new ManualClock(startUs);
+  const b = await startGrpcBroker(t, { clock });
+  await b.topic('snapped');
+  await b.topic('other');
+  await b.subscription('source', 'snapped');
+  await b.subscription('elsewhere', 'other');
+  const snapName = (id: string) => `projects/${P}/snapshots/${id}`;
+  const sub = subName('source');
+  await b.publish('snapped', [{ data: 'acked' }, { data: 'leased' }]);
+  const pulled = (await rpc(b.subscriber, 'Pull', { subscription: sub, maxMessages: 10 }))
+    .receivedMessages as ReceivedMessage[];
+  const byText = new Map(pulled.map((m) => [textOf(m), m.ackId]));
+  await rpc(b.subscriber, 'Acknowledge', { subscription: sub, ackIds: [byText.get('acked')] });
+  clock.advanceSeconds(1);
+
+  const expireTime = { seconds: String(Math.floor(startUs / 1e6) + 7 * 24 * 3600), nanos: 123_456_000 };
+  const created = await rpc(b.subscriber, 'CreateSnapshot', {
+    name: snapName('snap-1'),
+    subscription: sub,
+    labels: { team: 'a' },
+  });
+  t.strictSame(
+    created,
+    { name: snapName('snap-1'), topic: topicName('snapped'), expireTime, labels: { team: 'a' } },
+    'CreateSnapshot: expireTime is a Timestamp, seven days after the oldest unacknowledged message',
+  );
+  t.equal(
+    (await b.ok('GET', `/v1/projects/${P}/snapshots/snap-1`)).expireTime,
+    '2026-01-08T00:00:00.123456Z',
+    'the same instant over REST',
+  );
+  t.strictSame(await rpc(b.subscriber, 'GetSnapshot', { snapshot: snapName('snap-1') }), created, 'GetSnapshot');
+
+  await rpc(b.subscriber, 'CreateSnapshot', { name: snapName('snap-2'), subscription: sub });
+  const listed: object[] = [];
+  let pageToken: string | undefined;
+  do {
+    const page = await rpc(b.subscriber, 'ListSnapshots', { project: `projects/${P}`, pageSize: 1, pageToken });
+    t.equal(page.snapshots.length, 1, 'pages of pageSize');
+    listed.push(...page.snapshots);
+    pageToken = page.nextPageToken || undefined;
+  } while (pageToken);
+  t.strictSame(
+    listed,
+    [created, { name: snapName('snap-2'), topic: topicName('snapped'), expireTime }],
+    'ListSnapshots, paged, with Timestamps',
+  );
+  t.strictSame(
+    await rpc(b.publisher, 'ListTopicSnapshots', { topic: topicName('snapped') }),
+    { snapshots: [snapName('snap-1'), snapName('snap-2')] },
+    'ListTopicSnapshots: the names',
+  );
+  const firstName = await rpc(b.publisher, 'ListTopicSnapshots', { topic: topicName('snapped'), pageSize: 1 });
+  t.strictSame(firstName.snapshots, [snapName('snap-1')], 'ListTopicSnapshots, paged');
+  t.strictSame(
+    (await rpc(b.publisher, 'ListTopicSnapshots', { topic: topicName('snapped'), pageToken: firstName.nextPageToken }))
+      .snapshots,
+    [snapName('snap-2')],
+    'its next page',
+  );
+  t.strictSame(
+    await rpc(b.publisher, 'ListTopicSnapshots', { topic: topicName('other') }),
+    {},
+    'none of another topic',
+  );
+
+  // The Snapshot as GetSnapshot gave it, sent back with a new label: the mask names what changes.
+  const updated = await rpc(b.subscriber, 'UpdateSnapshot', {
+    snapshot: { ...created, labels: { env: 'test' } },
+    updateMask: { paths: ['labels'] },
+  });
+  t.strictSame(updated, { ...created, labels: { env: 'test' } }, 'UpdateSnapshot of labels');
+  t.strictSame((await b.ok('GET', `/v1/projects/${P}/snapshots/snap-1`)).labels, { env: 'test' }, 'so over REST');
+
+  await rpc(b.subscriber, 'Acknowledge', { subscription: sub, ackIds: [byText.get('leased')] });
+  await b.publish('snapped', [{ data: 'after' }]);
+  const drained = (await rpc(b.subscriber, 'Pull', { subscription: sub, maxMessages: 10 }))
+    .receivedMessages as ReceivedMessage[];
+  await rpc(b.subscriber, 'Acknowledge', { subscription: sub, ackIds: ackIdsOf(drained) });
+  t.strictSame(await rpc(b.subscriber, 'Seek', { subscription: sub, snapshot: snapName('snap-1') }), {}, 'Seek');
+  const replayed: ReceivedMessage[] =
+    (await rpc(b.subscriber, 'Pull', { subscription: sub, maxMessages: 10 })).receivedMessages ?? [];
+  t.strictSame(replayed.map(textOf).sort(), ['after', 'leased'], "the snapshot's unacknowledged messages come back");
+
+  t.strictSame(await rpc(b.subscriber, 'DeleteSnapshot', { snapshot: snapName('snap-2') }), {}, 'DeleteSnapshot');
+  t.equal(
+    (await rpcError(b.subscriber, 'GetSnapshot', { snapshot: snapName('snap-2') })).code,
+    grpcStatus.NOT_FOUND,
+    'then it is gone',
+  );
+  t.strictSame(
+    (await rpc(b.publisher, 'ListTopicSnapshots', { topic: topicName('snapped') })).snapshots,
+    [snapName('snap-1')],
+    'and not listed',
+  );
+});
+
+t.test('snapshots: refused requests', async (t) => {
   const b = await startGrpcBroker(t);
-  for (const [client, service, method, request] of [
-    [b.subscriber, 'Subscriber', 'CreateSnapshot', { name: `projects/${P}/snapshots/x`, subscription: subName('sub') }],
-    [b.subscriber, 'Subscriber', 'GetSnapshot', { snapshot: `projects/${P}/snapshots/x` }],
-    [b.subscriber, 'Subscriber', 'ListSnapshots', { project: `projects/${P}` }],
-    [b.subscriber, 'Subscriber', 'UpdateSnapshot', {}],
-    [b.subscriber, 'Subscriber', 'DeleteSnapshot', { snapshot: `projects/${P}/snapshots/x` }],
-    [b.publisher, 'Publisher', 'ListTopicSnapshots', { topic: topicName('top') }],
+  await b.topic('snapped');
+  await b.topic('other');
+  await b.subscription('source', 'snapped');
+  await b.subscription('elsewhere', 'other');
+  const snapName = (id: string) => `projects/${P}/snapshots/${id}`;
+  const made = await rpc(b.subscriber, 'CreateSnapshot', { name: snapName('snap'), subscription: subName('source') });
+  for (const [what, client, method, request, code] of [
+    [
+      'created twice',
+      b.subscriber,
+      'CreateSnapshot',
+      { name: snapName('snap'), subscription: subName('source') },
+      grpcStatus.ALREADY_EXISTS,
+    ],
+    ['no name', b.subscriber, 'CreateSnapshot', { subscription: subName('source') }, grpcStatus.INVALID_ARGUMENT],
+    ['no subscription', b.subscriber, 'CreateSnapshot', { name: snapName('new') }, grpcStatus.INVALID_ARGUMENT],
+    [
+      'an ID too short',
+      b.subscriber,
+      'CreateSnapshot',
+      { name: snapName('x'), subscription: subName('source') },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
+    [
+      'a subscription that does not exist',
+      b.subscriber,
+      'CreateSnapshot',
+      { name: snapName('new'), subscription: subName('nope') },
+      grpcStatus.NOT_FOUND,
+    ],
+    [
+      'tags',
+      b.subscriber,
+      'CreateSnapshot',
+      { name: snapName('new'), subscription: subName('source'), tags: { a: 'b' } },
+      grpcStatus.UNIMPLEMENTED,
+    ],
+    [
+      'a label key with a capital letter',
+      b.subscriber,
+      'CreateSnapshot',
+      { name: snapName('new'), subscription: subName('source'), labels: { Team: 'a' } },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
+    [
+      'UpdateSnapshot to a label key with a capital letter',
+      b.subscriber,
+      'UpdateSnapshot',
+      { snapshot: { name: snapName('snap'), labels: { Team: 'a' } }, updateMask: { paths: ['labels'] } },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
+    ['GetSnapshot of no snapshot', b.subscriber, 'GetSnapshot', { snapshot: snapName('nope') }, grpcStatus.NOT_FOUND],
+    ['GetSnapshot without a snapshot', b.subscriber, 'GetSnapshot', {}, grpcStatus.INVALID_ARGUMENT],
+    ['ListSnapshots of no project', b.subscriber, 'ListSnapshots', { project: 'nope' }, grpcStatus.INVALID_ARGUMENT],
+    [
+      'ListTopicSnapshots of no topic',
+      b.publisher,
+      'ListTopicSnapshots',
+      { topic: topicName('nope') },
+      grpcStatus.NOT_FOUND,
+    ],
+    [
+      'UpdateSnapshot of expire_time',
+      b.subscriber,
+      'UpdateSnapshot',
+      { snapshot: made, updateMask: { paths: ['expire_time'] } },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
+    [
+      'UpdateSnapshot without a mask',
+      b.subscriber,
+      'UpdateSnapshot',
+      { snapshot: { name: snapName('snap'), labels: { a: 'b' } } },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
+    [
+      'UpdateSnapshot of no snapshot',
+      b.subscriber,
+      'UpdateSnapshot',
+      { snapshot: { name: snapName('nope'), labels: { a: 'b' } }, updateMask: { paths: ['labels'] } },
+      grpcStatus.NOT_FOUND,
+    ],
+    [
+      'UpdateSnapshot without a name',
+      b.subscriber,
+      'UpdateSnapshot',
+      { snapshot: { labels: { a: 'b' } }, updateMask: { paths: ['labels'] } },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
+    [
+      'DeleteSnapshot of no snapshot',
+      b.subscriber,
+      'DeleteSnapshot',
+      { snapshot: snapName('nope') },
+      grpcStatus.NOT_FOUND,
+    ],
+    [
+      'a seek to a snapshot that does not exist',
+      b.subscriber,
+      'Seek',
+      { subscription: subName('source'), snapshot: snapName('nope') },
+      grpcStatus.NOT_FOUND,
+    ],
+    [
+      'a seek to a snapshot of another topic',
+      b.subscriber,
+      'Seek',
+      { subscription: subName('elsewhere'), snapshot: snapName('snap') },
+      grpcStatus.FAILED_PRECONDITION,
+    ],
+    [
+      'a seek to a malformed snapshot name',
+      b.subscriber,
+      'Seek',
+      { subscription: subName('source'), snapshot: 'snap' },
+      grpcStatus.INVALID_ARGUMENT,
+    ],
   ] as const) {
     const error = await rpcError(client, method, request);
-    t.equal(error.code, grpcStatus.UNIMPLEMENTED, `${method}: UNIMPLEMENTED`);
-    t.match(error.details, `${service}.${method}`, `${method}: the message names it`);
+    t.equal(error.code, code, `${what}: ${grpcStatus[code]} (${error.details})`);
   }
+  t.strictSame(
+    (await rpc(b.subscriber, 'ListSnapshots', { project: `projects/${P}` })).snapshots,
+    [made],
+    'the refused requests changed nothing',
+  );
 });

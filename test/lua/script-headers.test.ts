@@ -32,7 +32,7 @@ import {
   dropSubscription,
   finishCleanup,
   markCleanup,
-  putSubscription,
+  putDataOwner,
   putTopic,
 } from '../../src/redis/calls/control-plane.ts';
 import {
@@ -45,7 +45,7 @@ import {
   touchSubscription,
 } from '../../src/redis/calls/delivery.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
-import { expireLog, seek } from '../../src/redis/calls/retention.ts';
+import { createSnapshot, dropSnapshot, expireLog, seek } from '../../src/redis/calls/retention.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { SCRIPT_NAMES, type ScriptName, Scripts, listScriptFiles } from '../../src/redis/scripts.ts';
 
@@ -430,9 +430,14 @@ const wrapperCases: WrapperCase[] = [
     call: (scripts) => putTopic(scripts, keys, '0123456789abcdef', put),
   },
   {
-    what: 'put-subscription',
+    what: 'put-data-owner',
     reply: [codes.REPLY_REFUSED, '{}'],
-    call: (scripts) => putSubscription(scripts, keys, '0123456789abcdef', { ...put, time }),
+    call: (scripts) => putDataOwner(scripts, keys, 'subscription', '0123456789abcdef', { ...put, time }),
+  },
+  {
+    what: 'put-data-owner',
+    reply: [codes.REPLY_OK, ''],
+    call: (scripts) => putDataOwner(scripts, keys, 'snapshot', '0123456789abcdef', { ...put, time }),
   },
   {
     what: 'mark-cleanup',
@@ -444,7 +449,35 @@ const wrapperCases: WrapperCase[] = [
     what: 'seek',
     reply: [codes.REPLY_OK, 3],
     call: (scripts) =>
-      seek(scripts, data, 'fedcba9876543210', { time, targetUs: 1_000_000, filtered: true, wakeChannel }),
+      seek(scripts, data, 'fedcba9876543210', { time, target: { timeUs: 1_000_000 }, filtered: true, wakeChannel }),
+  },
+  {
+    what: 'seek',
+    reply: [codes.REPLY_NO_SNAPSHOT],
+    moreKeys: 2, // the snapshot's held messages and info
+    call: (scripts) =>
+      seek(scripts, data, 'fedcba9876543210', {
+        time,
+        target: { snapshot: data.snapshot('0123456789abcdef') },
+        filtered: false,
+        wakeChannel,
+      }),
+  },
+  {
+    what: 'create-snapshot',
+    reply: [codes.REPLY_OK, 2, '1700000000000000', '1700000000000001'],
+    call: (scripts) =>
+      createSnapshot(scripts, data, {
+        time,
+        subscriptionUid: 'fedcba9876543210',
+        snapshot: data.snapshot('0123456789abcdef'),
+        maxLifeUs: 1_000_000,
+      }),
+  },
+  {
+    what: 'drop-snapshot',
+    reply: 0,
+    call: (scripts) => dropSnapshot(scripts, data, { snapshot: data.snapshot('0123456789abcdef'), batch: 5 }),
   },
   {
     what: 'expire-log',

@@ -289,7 +289,7 @@ t.test('detach: an interrupted drop is finished by the clean-up pass', async (t)
   });
   await publish(client, 'stray');
   t.equal((await dataOf(client, 'sub')).attached, true, 'the stray attach took');
-  await broker.app.broker.subscriptions.collectGarbage(Number.MAX_SAFE_INTEGER);
+  await broker.app.broker.controlPlane.collectGarbage(Number.MAX_SAFE_INTEGER);
   t.strictSame(await dataOf(client, 'sub'), { keys: [], attached: false }, 'the clean-up pass dropped it');
   t.equal(await broker.redis.zcard(new Keys(broker.prefix).pendingCleanups), 0, 'no mark left');
 });

@@ -2,25 +2,20 @@
 // and schema.proto, and the IAM mixin of pubsub_v1.yaml) answer 501 UNIMPLEMENTED with a message
 // naming the method and its HTTP binding, never 404 NOT_FOUND (which official clients report as
 // a missing topic or subscription), whether or not the resource exists, change nothing, and
-// are not logged as failures.
+// are not logged as failures. Snapshot methods are implemented, and answer as Pub/Sub's do
+// (only the IAM methods of snapshots are unimplemented).
 
 import t from 'tap';
 import { buildApp } from '../../src/app.ts';
 import { jsonApi } from '../helpers/app.ts';
 import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
-import { client, errorBody, noRoute, subscriptionBody, topicBody } from './_support.ts';
+import { client, errorBody, noRoute, notFound, subscriptionBody, topicBody } from './_support.ts';
 
 const P = 'un-project';
 const TOPIC = `projects/${P}/topics/un-topic`;
 
 /** [HTTP method, path as Pub/Sub's reference writes it, RPC]. */
 const METHODS: [string, string, string][] = [
-  ['GET', '/v1/projects/{project}/topics/{topic}/snapshots', 'Publisher.ListTopicSnapshots'],
-  ['GET', '/v1/projects/{project}/snapshots', 'Subscriber.ListSnapshots'],
-  ['GET', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.GetSnapshot'],
-  ['PUT', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.CreateSnapshot'],
-  ['PATCH', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.UpdateSnapshot'],
-  ['DELETE', '/v1/projects/{project}/snapshots/{snapshot}', 'Subscriber.DeleteSnapshot'],
   ['POST', '/v1/projects/{project}/schemas', 'SchemaService.CreateSchema'],
   ['GET', '/v1/projects/{project}/schemas', 'SchemaService.ListSchemas'],
   ['POST', '/v1/projects/{project}/schemas:validate', 'SchemaService.ValidateSchema'],
@@ -88,7 +83,6 @@ t.test('methods the broker does not implement answer 501 UNIMPLEMENTED', async (
 
   // Bodies as the official clients would send them, where the method takes one.
   const bodies: Record<string, unknown> = {
-    'Subscriber.CreateSnapshot': { subscription: `projects/${P}/subscriptions/un-sub` },
     'IAMPolicy.SetIamPolicy': { policy: { bindings: [] } },
     'IAMPolicy.TestIamPermissions': { permissions: ['pubsub.topics.get'] },
   };
@@ -126,5 +120,28 @@ t.test('methods the broker does not implement answer 501 UNIMPLEMENTED', async (
     ['DELETE', `/v1/projects/${P}/topics/un-topic:testIamPermissions`],
   ]) {
     t.strictSame(await api(method, url), { status: 404, body: noRoute(method, url) }, `${method} ${url}`);
+  }
+
+  // Snapshots are implemented: their methods answer as Pub/Sub's do (here: none exists), never 501.
+  const snapshot = `/v1/projects/${P}/snapshots/un-snapshot`;
+  for (const [method, url, body, expected] of [
+    ['GET', `/v1/projects/${P}/snapshots`, undefined, { status: 200, body: {} }],
+    ['GET', `/v1/projects/${P}/topics/un-topic/snapshots`, undefined, { status: 200, body: {} }],
+    ['GET', snapshot, undefined, { status: 404, body: notFound('un-snapshot') }],
+    [
+      'PUT',
+      snapshot,
+      { subscription: `projects/${P}/subscriptions/no-sub` },
+      { status: 404, body: notFound('no-sub') },
+    ],
+    [
+      'PATCH',
+      snapshot,
+      { snapshot: { labels: { a: 'b' } }, updateMask: 'labels' },
+      { status: 404, body: notFound('un-snapshot') },
+    ],
+    ['DELETE', snapshot, undefined, { status: 404, body: notFound('un-snapshot') }],
+  ] as const) {
+    t.strictSame(await api(method, url, body), expected, `${method} ${url}`);
   }
 });

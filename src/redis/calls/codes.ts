@@ -6,7 +6,7 @@ import type { ScriptName } from '../scripts.ts';
  * decode each reply with them into a named result, so that their callers see no code.
  */
 export const REPLY_OK = 1;
-/** put-topic, put-subscription: the state there was kept (see may_put in prelude.lua). */
+/** put-topic, put-data-owner: the state there was kept (see may_put in prelude.lua). */
 export const REPLY_REFUSED = 0;
 export const REPLY_TOPIC_DELETED = -1;
 export const REPLY_NO_SUBSCRIPTION = -1;
@@ -14,6 +14,8 @@ export const REPLY_ATTACHMENTS_CHANGED = -2;
 export const REPLY_STAMP_REFUSED = -3;
 /** publish: the message forwarded from a dead-letter policy was stored before. */
 export const REPLY_FORWARDED_BEFORE = -4;
+/** seek: the snapshot is not recorded in that region. */
+export const REPLY_NO_SNAPSHOT = -5;
 
 /** Per delivery, from acknowledge, acknowledge-ordered and modify-ack-deadline. */
 export const DELIVERY_GONE = 0;

@@ -27,7 +27,7 @@ function putResult(script: ScriptName, reply: [number, string]): PutStateResult 
   throw unexpectedReply(script, reply);
 }
 
-/** Writes a topic's state; `topicUid` is the state's incarnation (its subscription names go with a tombstone). */
+/** Writes a topic's state; `topicUid` is the state's incarnation (its subscription and snapshot names go with a tombstone). */
 export async function putTopic(
   scripts: Scripts,
   keys: Keys,
@@ -36,31 +36,39 @@ export async function putTopic(
 ): Promise<PutStateResult> {
   const reply = await scripts.run(
     'put-topic',
-    [keys.topics, keys.topicIndex, keys.topicTombstones, keys.topicSubscriptions(topicUid)],
+    [
+      keys.topics,
+      keys.topicIndex,
+      keys.topicTombstones,
+      keys.topicSubscriptions(topicUid),
+      keys.topicSnapshots(topicUid),
+    ],
     [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0'],
   );
   return putResult('put-topic', reply as [number, string]);
 }
 
-/** Writes a subscription's state; `topicUid` is the incarnation of the topic it belongs to. */
-export async function putSubscription(
+/** What owns data in a topic incarnation, and has its records written by put-data-owner. */
+export type DataOwnerKind = 'subscription' | 'snapshot';
+
+/** Writes a subscription's or a snapshot's state; `topicUid` is the incarnation of the topic it belongs to. */
+export async function putDataOwner(
   scripts: Scripts,
   keys: Keys,
+  kind: DataOwnerKind,
   topicUid: string,
   put: PutStateCall & { time: ScriptTime },
 ): Promise<PutStateResult> {
+  const recordKeys =
+    kind === 'subscription'
+      ? [keys.subscriptions, keys.subscriptionIndex, keys.subscriptionTombstones, keys.topicSubscriptions(topicUid)]
+      : [keys.snapshots, keys.snapshotIndex, keys.snapshotTombstones, keys.topicSnapshots(topicUid)];
   const reply = await scripts.run(
-    'put-subscription',
-    [
-      keys.subscriptions,
-      keys.subscriptionIndex,
-      keys.subscriptionTombstones,
-      keys.topicSubscriptions(topicUid),
-      keys.pendingCleanups,
-    ],
+    'put-data-owner',
+    [...recordKeys, keys.pendingCleanups],
     [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0', put.time],
   );
-  return putResult('put-subscription', reply as [number, string]);
+  return putResult('put-data-owner', reply as [number, string]);
 }
 
 export interface AttachCall {

@@ -1,13 +1,17 @@
-import type { TopicKeys } from '../keys.ts';
+import type { SnapshotKeys, TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
-import { REPLY_NO_SUBSCRIPTION, REPLY_OK, type ScriptTime, unexpectedReply } from './codes.ts';
+import { REPLY_NO_SNAPSHOT, REPLY_NO_SUBSCRIPTION, REPLY_OK, type ScriptTime, unexpectedReply } from './codes.ts';
 
-// The scripts of replay: seek, and expire-log (the retained log's bounded clean-up).
+// The scripts of replay: seek, expire-log (the retained log's bounded clean-up), and the
+// snapshots' create-snapshot and drop-snapshot.
 
 export interface SeekCall {
   time: ScriptTime;
-  /** Messages published at or after this (µs) are unacknowledged after the seek, the others acknowledged. */
-  targetUs: number;
+  /**
+   * A seek to a time: messages published at or after this (µs) are unacknowledged after the
+   * seek, the others acknowledged; or a seek to a snapshot: its keys in this region.
+   */
+  target: { timeUs: number } | { snapshot: SnapshotKeys };
   /** The topic's messageRetentionDuration (µs), when it has one. */
   topicRetentionUs?: number;
   /** The subscription has a filter (its selections say which of the log's messages it took). */
@@ -15,14 +19,18 @@ export interface SeekCall {
   wakeChannel: string;
 }
 
-/** Seeks a subscription to a publish time; undefined when it is not attached here. */
+/**
+ * Seeks a subscription to a publish time or a snapshot; 'no-subscription' when it is not
+ * attached here, 'no-snapshot' when the snapshot is not recorded here (nothing changed).
+ */
 export async function seek(
   scripts: Scripts,
   data: TopicKeys,
   subscriptionUid: string,
   call: SeekCall,
-): Promise<{ unacked: number } | undefined> {
+): Promise<{ unacked: number } | 'no-subscription' | 'no-snapshot'> {
   const sub = data.subscription(subscriptionUid);
+  const snapshot = 'snapshot' in call.target ? call.target.snapshot : undefined;
   const reply = (await scripts.run(
     'seek',
     [
@@ -39,16 +47,18 @@ export async function seek(
       data.refs,
       data.log,
       data.logStart,
+      ...(snapshot ? [snapshot.held, snapshot.info] : []),
     ],
     [
       call.time,
-      String(call.targetUs),
+      'timeUs' in call.target ? String(call.target.timeUs) : '',
       call.topicRetentionUs ? String(call.topicRetentionUs) : '',
       call.filtered ? '1' : '',
       call.wakeChannel,
     ],
   )) as [number, number?];
-  if (reply[0] === REPLY_NO_SUBSCRIPTION) return undefined;
+  if (reply[0] === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
+  if (reply[0] === REPLY_NO_SNAPSHOT) return 'no-snapshot';
   if (reply[0] !== REPLY_OK) throw unexpectedReply('seek', reply);
   return { unacked: reply[1] ?? 0 };
 }
@@ -85,4 +95,59 @@ export async function expireLog(
   )) as [number, number, number, number];
   if (reply[0] !== REPLY_OK) throw unexpectedReply('expire-log', reply);
   return { released: reply[1], more: reply[2] === 1, retains: reply[3] === 1 };
+}
+
+export interface CreateSnapshotCall {
+  time: ScriptTime;
+  subscriptionUid: string;
+  snapshot: SnapshotKeys;
+  /** The longest a snapshot lives (µs): the log keeps what is published after it that long at most. */
+  maxLifeUs: number;
+}
+
+/**
+ * Records the subscription's acknowledgement state as the snapshot's in this region (a repeat
+ * answers as the first call did). `oldestUs`: the publish time of the oldest message it holds
+ * (undefined: none); `atUs`: when it was made.
+ */
+export async function createSnapshot(
+  scripts: Scripts,
+  data: TopicKeys,
+  call: CreateSnapshotCall,
+): Promise<{ held: number; oldestUs?: number; atUs: number }> {
+  const sub = data.subscription(call.subscriptionUid);
+  const reply = (await scripts.run(
+    'create-snapshot',
+    [
+      data.state,
+      data.retainers,
+      sub.ready,
+      sub.delayed,
+      sub.leased,
+      sub.forwarding,
+      sub.keyed,
+      data.bodies,
+      data.refs,
+      call.snapshot.held,
+      call.snapshot.info,
+    ],
+    [call.time, call.snapshot.retainer, String(call.maxLifeUs)],
+  )) as [number, number, string, string];
+  if (reply[0] !== REPLY_OK) throw unexpectedReply('create-snapshot', reply);
+  return { held: reply[1], atUs: Number(reply[3]), ...(reply[2] ? { oldestUs: Number(reply[2]) } : {}) };
+}
+
+/** Releases up to `batch` blocks of a snapshot's held messages; returns how many blocks it still holds. */
+export async function dropSnapshot(
+  scripts: Scripts,
+  data: TopicKeys,
+  call: { snapshot: SnapshotKeys; batch: number },
+): Promise<number> {
+  const reply = await scripts.run(
+    'drop-snapshot',
+    [data.state, data.retainers, data.bodies, data.refs, call.snapshot.held, call.snapshot.info],
+    [call.snapshot.retainer, call.batch],
+  );
+  if (typeof reply !== 'number') throw unexpectedReply('drop-snapshot', reply);
+  return reply;
 }

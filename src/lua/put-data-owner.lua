@@ -1,17 +1,18 @@
 --[[
-  put-subscription: writes one subscription's state (record or tombstone) into this region's
-  control plane. A record is put after its data is attached; a tombstone marks the data of
-  the record it ends for clean-up (the caller then drops it). A detached record (`detached`
-  in its JSON) is kept and listed, but not under its topic, and marks its own data for
-  clean-up as a tombstone would.
-  KEYS[1]    subscription records (HASH full name -> JSON)
-  KEYS[2]    subscription name index (ZSET)
-  KEYS[3]    subscription tombstones (HASH full name -> JSON {name, version, deleted, uid, topicUid})
-  KEYS[4]    the subscription names of the state's topic incarnation (ZSET)
-  KEYS[5]    pending data clean-ups (ZSET "topicUid/subscriptionUid/name" -> since, microseconds)
+  put-data-owner: writes the state (record or tombstone) of a subscription or a snapshot into
+  this region's control plane: both belong to a topic incarnation and own data in it. A record
+  is put after its data is made (attached, or captured); a tombstone marks the data of the
+  record it ends for clean-up (the caller then drops it). A detached subscription record
+  (`detached` in its JSON) is kept and listed, but not under its topic, and marks its own data
+  for clean-up as a tombstone would.
+  KEYS[1]    records of the kind (HASH full name -> JSON)
+  KEYS[2]    their name index (ZSET)
+  KEYS[3]    their tombstones (HASH full name -> JSON {name, version, deleted, uid, topicUid})
+  KEYS[4]    the names of the kind under the state's topic incarnation (ZSET)
+  KEYS[5]    pending data clean-ups (ZSET "topicUid/uid/name" -> since, microseconds)
   ARGV[1]    'cas' (create, update, detach, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
-  ARGV[3]    full subscription name
+  ARGV[3]    full name
   ARGV[4]    the new state (JSON)
   ARGV[5]    its version
   ARGV[6]    '1' if the new state is a tombstone
@@ -22,10 +23,10 @@
              data of a record that a put ends (deleted, detached, or replaced by another
              incarnation) is marked for clean-up.
 ]]
-local subscriptions_key, index_key, tombstones_key, topic_subscriptions_key, cleanups_key =
+local records_key, index_key, tombstones_key, topic_members_key, cleanups_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local name, new_json = ARGV[3], ARGV[4]
-local current = record_state(subscriptions_key, tombstones_key, name)
+local current = record_state(records_key, tombstones_key, name)
 if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
 local new = cjson.decode(new_json)
 local function data_ref(state) return state.topicUid .. '/' .. state.uid .. '/' .. state.name end
@@ -36,19 +37,19 @@ if current ~= '' then
   end
 end
 if ARGV[6] == '1' then
-  redis.call('HDEL', subscriptions_key, name)
+  redis.call('HDEL', records_key, name)
   redis.call('ZREM', index_key, name)
-  redis.call('ZREM', topic_subscriptions_key, name)
+  redis.call('ZREM', topic_members_key, name)
   redis.call('HSET', tombstones_key, name, new_json)
 else
-  redis.call('HSET', subscriptions_key, name, new_json)
+  redis.call('HSET', records_key, name, new_json)
   redis.call('ZADD', index_key, 0, name)
   redis.call('HDEL', tombstones_key, name)
   if new.detached then
-    redis.call('ZREM', topic_subscriptions_key, name)
+    redis.call('ZREM', topic_members_key, name)
     redis.call('ZADD', cleanups_key, now_us(ARGV[7]), data_ref(new))
   else
-    redis.call('ZADD', topic_subscriptions_key, 0, name)
+    redis.call('ZADD', topic_members_key, 0, name)
     redis.call('ZREM', cleanups_key, data_ref(new))
   end
 end
