@@ -1,10 +1,13 @@
+import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument, notFound, unavailable } from '../errors.ts';
-import type { SnapshotKeys } from '../redis/keys.ts';
+import { SEQS_PER_BLOCK, type SnapshotKeys } from '../redis/keys.ts';
 import { expireLog, seek } from '../redis/calls/retention.ts';
 import { longCallConnection } from '../redis/client.ts';
 import { Scripts } from '../redis/scripts.ts';
 import type { CallContext } from './call-context.ts';
 import { parseTimestampUs } from './durations.ts';
+import { parseFilter } from './filter.ts';
+import { unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { SnapshotRecord, SubscriptionRecord, TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
@@ -21,6 +24,8 @@ export interface SeekRequest {
 
 /** How long a seek's script may run (about 10 µs per message it changes, SCHEMA.md). */
 const SEEK_TIMEOUT_MS = 300_000;
+/** How long earlier selections outlive a seek whose script never ran. */
+const EARLIER_SELECTIONS_TTL_MS = 600_000;
 /** How many blocks of a log one expire-log call releases (each up to 1000 bodies). */
 const EXPIRE_BATCH = 20;
 
@@ -98,20 +103,65 @@ export class ReplayService {
     target: { timeUs: number } | { snapshot: SnapshotKeys },
   ) {
     const { ctx } = region;
+    const data = ctx.keys.topicData(record.topicUid);
+    const topicRetention = topic && topicRetentionUs(topic);
+    const earlierSelections = data.earlierSelections(randomUUID());
+    // A filtered subscription reaches messages published before it was created through the
+    // topic's retention, or a snapshot's cut: which of them its filter takes is decided here.
+    if (record.filter !== undefined && ('snapshot' in target || topicRetention)) {
+      await this.writeEarlierSelections(region, record, target, earlierSelections);
+    }
     // One script, which over a large backlog runs for seconds (its cost grows with the messages
     // it changes: SCHEMA.md, Replay): on a connection of its own that waits for it.
     const connection = longCallConnection(ctx.redis, SEEK_TIMEOUT_MS);
     try {
-      return await seek(new Scripts(connection), ctx.keys.topicData(record.topicUid), record.uid, {
+      return await seek(new Scripts(connection), data, record.uid, {
         time: ctx.clock.scriptTime(),
         target,
-        topicRetentionUs: topic && topicRetentionUs(topic),
+        topicRetentionUs: topicRetention,
         filtered: record.filter !== undefined,
+        earlierSelections,
         wakeChannel: ctx.keys.wakeChannel(record.topicUid),
       });
     } finally {
       connection.disconnect();
     }
+  }
+
+  /**
+   * Writes the flags of the log's messages the seek may reach that were published before the
+   * subscription was created: '1' where its filter takes the message. Those blocks no publish
+   * changes any more (seqs only grow), so flags written before the script stay true for it; a
+   * block the script reaches without flags gives it nothing from before its creation.
+   */
+  private async writeEarlierSelections(
+    region: Region,
+    record: SubscriptionRecord,
+    target: { timeUs: number } | { snapshot: SnapshotKeys },
+    key: string,
+  ): Promise<void> {
+    const { redis, keys } = region.ctx;
+    const data = keys.topicData(record.topicUid);
+    const filter = parseFilter(record.filter as string);
+    const startSeq = Number((await redis.hget(data.subscription(record.uid).config, 'startSeq')) ?? 0);
+    let blocks: string[];
+    if ('snapshot' in target) {
+      const cut = Number((await redis.hget(target.snapshot.info, 'cut')) ?? Number.POSITIVE_INFINITY);
+      blocks = (await redis.zrange(data.log, 0, -1)).filter((block) => (Number(block) + 1) * SEQS_PER_BLOCK > cut);
+    } else {
+      blocks = await redis.zrangebyscore(data.log, target.timeUs, '+inf');
+    }
+    for (const block of blocks.filter((block) => Number(block) * SEQS_PER_BLOCK < startSeq)) {
+      const bodies = await redis.hgetallBuffer(data.bodyBlock(block));
+      const flags = Buffer.alloc(SEQS_PER_BLOCK, '0');
+      for (const [field, body] of Object.entries(bodies)) {
+        const position = Number(field);
+        const before = Number(block) * SEQS_PER_BLOCK + position < startSeq;
+        if (before && (!filter || filter.matches(unpackMessage(body).attributes))) flags[position] = 0x31;
+      }
+      await redis.hset(key, block, flags.toString('latin1'));
+    }
+    await redis.pexpire(key, EARLIER_SELECTIONS_TTL_MS);
   }
 
   /** The subscription's topic, unless it was deleted (a new topic of the name is another incarnation). */

@@ -3,12 +3,13 @@
   time does: every message the subscription retains that was published at or after the target
   is unacknowledged, every one before it acknowledged; or from a snapshot of the topic, as Seek
   to a snapshot does: the messages the snapshot holds are unacknowledged, and so is everything
-  the log kept from the snapshot's cut on (a filtered subscription: what its filter took since
-  it was created), every other message acknowledged. It retains its unacknowledged messages
-  (younger than its retention) and, from the topic's log (while the topic retains), the messages
-  it took since it was created, when it retains acknowledged messages or the topic retains
-  (with the topic's own retention, also those from before it was created); a filtered
-  subscription only those its filter took, as the selections publish wrote say. Outstanding
+  the log kept from the snapshot's cut on (a filtered subscription: what its filter takes),
+  every other message acknowledged. It retains its unacknowledged messages (younger than its
+  retention) and, from the topic's log (while the topic retains), the messages it took since it
+  was created, when it retains acknowledged messages or the topic retains (with the topic's own
+  retention, also those from before it was created); a filtered subscription only those its
+  filter took, as the selections publish wrote say, or, for messages published before it was
+  created, as the broker's earlier selections say. Outstanding
   leases end: the messages still unacknowledged are available at once, in publish order (with
   ordering, each key from its oldest message on).
   KEYS[1]    subscription config (HASH retentionUs, startSeq, ordered, retainAcked, ...)
@@ -24,7 +25,10 @@
   KEYS[11]   body reference counts
   KEYS[12]   the topic's retained log (ZSET block -> latest publish time in it, µs)
   KEYS[13]   the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
-  KEYS[14..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
+  KEYS[14]   earlier selections: a filtered subscription's flags of the log's messages published
+             before it was created (HASH block -> 1000 flags, '1' where its filter takes the
+             message), written by the broker for this seek only and deleted by it
+  KEYS[15..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
              its info (HASH cut, ...); a seek to a time passes neither
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    the target publish time (µs); ignored by a seek to a snapshot
@@ -49,11 +53,15 @@ local bodies_prefix, refs_key, log_key = KEYS[10], KEYS[11], KEYS[12]
 local now = now_us(ARGV[1])
 local config = redis.call('HMGET', config_key, 'retentionUs', 'startSeq', 'ordered', 'retainAcked')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
-local to_snapshot = #KEYS >= 15
-local snapshot_held_key, cut = KEYS[14], nil
+local earlier_key = KEYS[14]
+local to_snapshot = #KEYS >= 16
+local snapshot_held_key, cut = KEYS[15], nil
 if to_snapshot then
-  cut = tonumber(redis.call('HGET', KEYS[15], 'cut') or '')
-  if not cut then return {REPLY_NO_SNAPSHOT} end
+  cut = tonumber(redis.call('HGET', KEYS[16], 'cut') or '')
+  if not cut then
+    redis.call('DEL', earlier_key)
+    return {REPLY_NO_SNAPSHOT}
+  end
 end
 mark_active(config_key, now)
 local topic_retention = tonumber(ARGV[3]) or 0
@@ -62,17 +70,17 @@ local oldest_kept = now - math.max(tonumber(config[1]), topic_retention)
 local start_seq = tonumber(config[2] or '0')
 local ordered = config[3] == '1'
 -- target: the publish time from which messages are unacknowledged. first_own: the log's
--- messages from this seq on are the subscription's (a filter's selections exist only from its
--- creation on). replays_log: whether the log's messages are its to take again at all.
+-- messages from this seq on are the subscription's (a filtered one's, before start_seq, as the
+-- earlier selections say). replays_log: whether the log's messages are its to take again at all.
 local target, first_own, replays_log
 if to_snapshot then
   -- The snapshot kept the log from its cut on: those messages are every subscription's.
-  target, first_own, replays_log = -math.huge, filtered and math.max(cut, start_seq) or cut, true
+  target, first_own, replays_log = -math.huge, cut, true
 else
   -- Before the subscription was created, only through the topic's own retention; acknowledged
   -- ones only while it retains them, or the topic does.
   target = tonumber(ARGV[2])
-  first_own = (topic_retention > 0 and not filtered) and 0 or start_seq
+  first_own = topic_retention > 0 and 0 or start_seq
   replays_log = config[4] == '1' or topic_retention > 0
 end
 
@@ -227,10 +235,19 @@ for i = 0, SEQS_PER_BLOCK - 1 do FIELDS[i] = string.format('%03d', i) end
 -- field -> body (or true where the body was not read: every message of the block is at or after
 -- the target and within the retention, or it is a snapshot's and the subscription does not
 -- order); a message is a candidate if the subscription holds it (a seek to a time) or the
--- snapshot does, or, in a logged block, from its first own seq on as its filter took it.
-local function settle_block(block, present, flags)
-  local first_field = logged[block] and math.max(0, first_own - tonumber(block) * SEQS_PER_BLOCK) or SEQS_PER_BLOCK
+-- snapshot does, or, in a logged block, from its first own seq on as its filter took it:
+-- flags (publish's selections) from start_seq on, earlier (the broker's) before it.
+local function settle_block(block, present, flags, earlier)
+  local block_start = tonumber(block) * SEQS_PER_BLOCK
+  local first_field = logged[block] and math.max(0, first_own - block_start) or SEQS_PER_BLOCK
+  local start_field = start_seq - block_start
   local snapshot_holds = snapshot_flags[block]
+  -- Whether its filter takes message i of the block (a subscription without one takes all).
+  local function selected(i)
+    if not filtered then return true end
+    if i < start_field then return earlier ~= nil and string.byte(earlier, i + 1) == 49 end
+    return not flags or string.byte(flags, i + 1) ~= 48
+  end
   for i = 0, SEQS_PER_BLOCK - 1 do
     local body = present[FIELDS[i]]
     if body then
@@ -243,7 +260,7 @@ local function settle_block(block, present, flags)
         candidate = gen ~= nil
       end
       local unacked_after = false
-      if candidate or (i >= first_field and (not flags or string.byte(flags, i + 1) ~= 48)) then
+      if candidate or (i >= first_field and selected(i)) then
         local stamp = body == true and math.huge or tonumber(string.sub(body, 1, 16))
         unacked_after = stamp >= target and stamp >= oldest_kept
       end
@@ -269,6 +286,8 @@ for _, block in ipairs(order) do
   else
     local block_key = bodies_prefix .. block
     local flags = logged[block] and filtered and redis.call('HGET', selections_key, block) or nil
+    local earlier = logged[block] and filtered and (tonumber(block) * SEQS_PER_BLOCK < start_seq)
+      and redis.call('HGET', earlier_key, block) or nil
     local present = {}
     if logged[block] and all_after(block) then
       for _, field in ipairs(redis.call('HKEYS', block_key)) do present[field] = true end
@@ -290,7 +309,7 @@ for _, block in ipairs(order) do
         for i, field in ipairs(wanted) do present[field] = found[i] or nil end
       end
     end
-    settle_block(block, present, flags or nil)
+    settle_block(block, present, flags or nil, earlier or nil)
   end
 end
 flush(true)
@@ -298,6 +317,7 @@ flush(true)
 -- Each message taken again holds one more body reference (the log, or a snapshot, holds one
 -- already); each one acknowledged by the seek gives its reference back.
 hold_bodies(refs_key, taken_again)
+redis.call('DEL', earlier_key)
 in_chunks(released, 1, function(chunk) release_bodies(bodies_prefix, refs_key, chunk) end)
 if unacked > 0 then redis.call('PUBLISH', ARGV[5], '1') end
 return {REPLY_OK, unacked}

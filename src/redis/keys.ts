@@ -145,6 +145,13 @@ export class TopicKeys {
   get retainers(): string {
     return `${this.base}:retainers`;
   }
+  /**
+   * One seek's flags of the log's messages published before its filtered subscription was
+   * created (HASH block -> 1000 flags): written by the broker, read and deleted by seek.lua.
+   */
+  earlierSelections(id: string): string {
+    return `${this.base}:earlier-selections:${id}`;
+  }
   snapshot(snapshotUid: string): SnapshotKeys {
     const base = `${this.base}:snap:${snapshotUid}`;
     return { held: `${base}:held`, info: `${base}:info`, retainer: `snapshot:${snapshotUid}` };

@@ -52,6 +52,7 @@ const VARIANTS: Variant[] = [
   { name: 'ordered, exactly-once', ordered: true, exactlyOnce: true },
   { name: 'retain acked, filtered', retainAcked: true, filtered: true },
   { name: 'topic retention', topicRetention: true },
+  { name: 'topic retention, filtered', topicRetention: true, filtered: true },
 ];
 
 interface Message {
@@ -116,7 +117,7 @@ for (const target of redisTargets()) {
         }
       };
       if (variant.topicRetention) {
-        await publish(true);
+        for (let i = 0; i < 3; i++) await publish(true);
         advance(1);
       }
       const sub = await broker.api('PUT', `${P}/subscriptions/model`, {

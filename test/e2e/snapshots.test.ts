@@ -133,6 +133,32 @@ for (const target of redisTargets()) {
     t.same(await drain(broker, 'source'), ['five', 'four', 'three'], 'the source is unchanged by it');
   });
 
+  t.test(
+    `${target.name}: a filtered subscription made after the snapshot takes what its filter takes of it`,
+    async (t) => {
+      const { clock, broker } = await setUp(t, target, 'snap-filtered');
+      await createTopic(broker, 'colours');
+      const red = { filter: 'attributes.colour = "red"' };
+      await createSubscription(broker, 'source', 'colours', red);
+      await publish(broker, 'colours', ['red-1'], { attributes: { colour: 'red' } });
+      await publish(broker, 'colours', ['blue-1'], { attributes: { colour: 'blue' } });
+      clock.advanceSeconds(1);
+      t.equal((await createSnapshot(broker, 'snap', 'source')).status, 200);
+      await publish(broker, 'colours', ['red-2'], { attributes: { colour: 'red' } });
+      await publish(broker, 'colours', ['blue-2'], { attributes: { colour: 'blue' } });
+      // Created after those: publish never selected them for it.
+      await createSubscription(broker, 'later', 'colours', red);
+      await publish(broker, 'colours', ['red-3'], { attributes: { colour: 'red' } });
+      t.same(await drain(broker, 'later'), ['red-3']);
+      t.equal((await seekToSnapshot(broker, 'later', 'snap')).status, 200);
+      t.same(
+        await drain(broker, 'later'),
+        ['red-1', 'red-2', 'red-3'],
+        "the snapshot's, and of what came after it the messages its filter takes",
+      );
+    },
+  );
+
   t.test(`${target.name}: ordering keys restart from the snapshot's oldest message of each key`, async (t) => {
     const { clock, broker } = await setUp(t, target, 'snap-ordered');
     await createTopic(broker, 'ordered');

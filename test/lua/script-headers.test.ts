@@ -449,7 +449,13 @@ const wrapperCases: WrapperCase[] = [
     what: 'seek',
     reply: [codes.REPLY_OK, 3],
     call: (scripts) =>
-      seek(scripts, data, 'fedcba9876543210', { time, target: { timeUs: 1_000_000 }, filtered: true, wakeChannel }),
+      seek(scripts, data, 'fedcba9876543210', {
+        time,
+        target: { timeUs: 1_000_000 },
+        filtered: true,
+        earlierSelections: data.earlierSelections('a'),
+        wakeChannel,
+      }),
   },
   {
     what: 'seek',
@@ -460,6 +466,7 @@ const wrapperCases: WrapperCase[] = [
         time,
         target: { snapshot: data.snapshot('0123456789abcdef') },
         filtered: false,
+        earlierSelections: data.earlierSelections('b'),
         wakeChannel,
       }),
   },

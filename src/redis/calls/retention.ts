@@ -16,6 +16,11 @@ export interface SeekCall {
   topicRetentionUs?: number;
   /** The subscription has a filter (its selections say which of the log's messages it took). */
   filtered: boolean;
+  /**
+   * Where the broker wrote the filter's flags of the log's messages from before the
+   * subscription was created (TopicKeys.earlierSelections; the script deletes it).
+   */
+  earlierSelections: string;
   wakeChannel: string;
 }
 
@@ -47,6 +52,7 @@ export async function seek(
       data.refs,
       data.log,
       data.logStart,
+      call.earlierSelections,
       ...(snapshot ? [snapshot.held, snapshot.info] : []),
     ],
     [
