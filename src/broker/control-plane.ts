@@ -60,7 +60,7 @@ const SYNC_INTERVAL_MS = 30_000;
 /** How many held entries one drop-subscription call releases (bounds the script's run time). */
 const DROP_BATCH = 1000;
 /** How many blocks of held messages (up to 1000 each) one drop-snapshot call releases. */
-const DROP_SNAPSHOT_BATCH = 5;
+const DROP_SNAPSHOT_BATCH = 2;
 
 /** The same order as may_put in prelude.lua: higher version, then the greater JSON. */
 function supersedes(candidate: string, current: string): boolean {

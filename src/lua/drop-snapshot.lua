@@ -19,17 +19,18 @@ if redis.call('HDEL', retainers_key, ARGV[1]) == 1 then update_retention(state_k
 -- Without its info a snapshot is no seek's target any more (seek.lua), even half released.
 redis.call('DEL', KEYS[6])
 local batch = tonumber(ARGV[2])
-local scan = redis.call('HSCAN', held_key, '0', 'COUNT', batch)
-local entries, done = scan[2], {}
-for i = 1, #entries, 2 do
-  local block, flags = entries[i], entries[i + 1]
+-- Any few blocks will do: HRANDFIELD costs the count asked for, where a scan from the first
+-- bucket on would find nothing once the first buckets are emptied.
+local blocks = redis.call('HRANDFIELD', held_key, batch)
+local done = {}
+for _, block in ipairs(blocks) do
+  local flags = redis.call('HGET', held_key, block)
   local seqs = {}
   for position = 1, SEQS_PER_BLOCK do
     if string.byte(flags, position) == 49 then seqs[#seqs + 1] = block .. string.format('%03d', position - 1) end
   end
   if #seqs > 0 then release_bodies(bodies_prefix, refs_key, seqs) end
   done[#done + 1] = block
-  if #done >= batch then break end
 end
 if #done > 0 then redis.call('HDEL', held_key, unpack(done)) end
 return redis.call('HLEN', held_key)

@@ -252,6 +252,24 @@ for (const target of redisTargets()) {
     t.equal((await storedBodies(ctx.redis, data)).size, 0, 'acknowledged, the bodies go');
   });
 
+  t.test(`${target.name}: a snapshot holding many blocks is let go whole, a few blocks per call`, async (t) => {
+    const { broker } = await setUp(t, target, 'snap-many-blocks');
+    await createTopic(broker, 'wide');
+    const { data, ctx, record } = await topicData(broker, 'wide');
+    // More blocks than Redis keeps in a compact hash (128 by default): a hash table, whose
+    // emptied first buckets a scan from the start would find again and again.
+    const snapshot = data.snapshot('0123456789abcdef');
+    const fields = Array.from({ length: 300 }, (_, i) => [String(i + 1), '0'.repeat(1000)]).flat();
+    await ctx.redis.hset(snapshot.held, ...fields);
+    await ctx.redis.hset(snapshot.info, 'cut', '1000');
+    await broker.app.broker.controlPlane.dropSnapshotData(
+      broker.app.broker.regions.local,
+      record.uid,
+      '0123456789abcdef',
+    );
+    t.same(await ctx.redis.exists(snapshot.held, snapshot.info), 0, 'every block released');
+  });
+
   t.test(`${target.name}: expireTime follows the oldest message; the janitor deletes it then`, async (t) => {
     const { clock, broker } = await setUp(t, target, 'snap-expire');
     await createTopic(broker, 'aging');
