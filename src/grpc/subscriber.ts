@@ -1,4 +1,6 @@
 import type { ServerDuplexStream, UntypedServiceImplementation } from '@grpc/grpc-js';
+import { resourceName } from '../broker/names.ts';
+import { newUid } from '../broker/records.ts';
 import type { Snapshot } from '../broker/snapshots.ts';
 import { parseBody } from '../schemas/common.ts';
 import { createSnapshotBodySchema, updateSnapshotBodySchema } from '../schemas/snapshots.ts';
@@ -147,8 +149,15 @@ export function subscriberService(services: GrpcServices): UntypedServiceImpleme
         return { ...page, snapshots: page.snapshots?.map(snapshotProto) };
       },
     ),
-    CreateSnapshot: unary(services, async (request: { name?: string }, caller) => {
-      const name = requestName('snapshots', request.name, 'name');
+    CreateSnapshot: unary(services, async (request: { name?: string; subscription?: string }, caller) => {
+      // Without a name, Pub/Sub names the snapshot itself, in the subscription's project.
+      const name = request.name
+        ? requestName('snapshots', request.name, 'name')
+        : resourceName(
+            'snapshots',
+            requestName('subscriptions', request.subscription, 'subscription').project,
+            `snapshot-${newUid()}`,
+          );
       const body = parseBody(createSnapshotBodySchema, request, 'request');
       return snapshotProto(await broker.snapshots.create(caller, name, body));
     }),

@@ -622,7 +622,6 @@ t.test('snapshots: refused requests', async (t) => {
       { name: snapName('snap'), subscription: subName('source') },
       grpcStatus.ALREADY_EXISTS,
     ],
-    ['no name', b.subscriber, 'CreateSnapshot', { subscription: subName('source') }, grpcStatus.INVALID_ARGUMENT],
     ['no subscription', b.subscriber, 'CreateSnapshot', { name: snapName('new') }, grpcStatus.INVALID_ARGUMENT],
     [
       'an ID too short',
@@ -734,4 +733,11 @@ t.test('snapshots: refused requests', async (t) => {
     [made],
     'the refused requests changed nothing',
   );
+  const unnamed = await rpc(b.subscriber, 'CreateSnapshot', { subscription: subName('source') });
+  t.match(
+    unnamed.name,
+    new RegExp(`^projects/${P}/snapshots/snapshot-[0-9a-f]{16}$`),
+    "without a name, the broker names it in the subscription's project",
+  );
+  t.strictSame(await rpc(b.subscriber, 'GetSnapshot', { snapshot: unnamed.name }), unnamed, 'and it is there');
 });
