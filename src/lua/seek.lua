@@ -86,13 +86,27 @@ end
 
 -- What the subscription holds now: seq -> the generation it was last delivered as (0: never),
 -- for keyed messages their key and how many of those deliveries were uncounted.
-local held, key_of, uncounted = {}, {}, {}
+-- held_fields: block -> the fields of its held seqs (so that a block's held messages are found
+-- without looking up all 1000 of its seqs).
+local held, held_fields, key_of, uncounted = {}, {}, {}, {}
+local function note_held(seq)
+  if held[seq] ~= nil then return end
+  local block = string.sub(seq, 1, -4)
+  local fields = held_fields[block]
+  if not fields then
+    fields = {}
+    held_fields[block] = fields
+  end
+  fields[#fields + 1] = string.sub(seq, -3)
+end
 local function hold(entry)
   local colon = string.find(entry, ':', 1, true)
   if not colon then
+    note_held(entry)
     held[entry] = held[entry] or 0
   elseif colon ~= 2 or string.byte(entry, 1) ~= 107 then -- not a key marker "k:<key>"
     local seq, gen = string.sub(entry, 1, colon - 1), tonumber(string.sub(entry, colon + 1))
+    note_held(seq)
     if (held[seq] or -1) < gen then held[seq] = gen end
   end
 end
@@ -103,16 +117,18 @@ end
 if ordered then
   for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do
     local seq = keyed_member_seq(member)
+    note_held(seq)
     held[seq] = held[seq] or 0
     key_of[seq] = string.sub(member, 5, -17)
   end
   local deliveries = redis.call('HGETALL', deliveries_key)
   for i = 1, #deliveries, 2 do
     local seq = deliveries[i]
-    local gen, state, _, cut = split_keyed_delivery(deliveries[i + 1])
+    local gen, state, _, cut_short = split_keyed_delivery(deliveries[i + 1])
+    note_held(seq)
     held[seq] = gen
     -- A keyed lease the seek ends was cut short, as by a cascade.
-    uncounted[seq] = state == 'o' and cut + 1 or cut
+    uncounted[seq] = state == 'o' and cut_short + 1 or cut_short
   end
 end
 redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key)
@@ -126,7 +142,7 @@ local function add_block(block)
     blocks[#blocks + 1] = block
   end
 end
-for seq in pairs(held) do add_block(string.sub(seq, 1, -4)) end
+for block in pairs(held_fields) do add_block(block) end
 -- The snapshot's held messages: block -> its flags.
 local snapshot_flags = {}
 if to_snapshot then
@@ -279,10 +295,7 @@ end
 
 for _, block in ipairs(order) do
   if all_before(block) then
-    for i = 0, SEQS_PER_BLOCK - 1 do
-      local seq = block .. FIELDS[i]
-      if held[seq] then released[#released + 1] = seq end
-    end
+    for _, field in ipairs(held_fields[block] or {}) do released[#released + 1] = block .. field end
   else
     local block_key = bodies_prefix .. block
     local flags = logged[block] and filtered and redis.call('HGET', selections_key, block) or nil
@@ -295,11 +308,16 @@ for _, block in ipairs(order) do
       local fields = redis.call('HGETALL', block_key)
       for i = 1, #fields, 2 do present[fields[i]] = fields[i + 1] end
     else
-      local wanted, snapshot_holds = {}, snapshot_flags[block]
-      for i = 0, SEQS_PER_BLOCK - 1 do
-        if held[block .. FIELDS[i]] or (snapshot_holds and string.byte(snapshot_holds, i + 1) == 49) then
-          wanted[#wanted + 1] = FIELDS[i]
-        end
+      local wanted, wanted_field, snapshot_holds = {}, {}, snapshot_flags[block]
+      for _, field in ipairs(held_fields[block] or {}) do
+        wanted[#wanted + 1] = field
+        wanted_field[field] = true
+      end
+      local position = snapshot_holds and string.find(snapshot_holds, '1', 1, true)
+      while position do
+        local field = FIELDS[position - 1]
+        if not wanted_field[field] then wanted[#wanted + 1] = field end
+        position = string.find(snapshot_holds, '1', position + 1, true)
       end
       if to_snapshot and not ordered then
         -- Held by the subscription or the snapshot, so stored; no publish time to compare.
