@@ -17,6 +17,7 @@ import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
 import {
+  dataOwnerTombstone,
   isTombstone,
   type SnapshotRecord,
   type State,
@@ -232,6 +233,35 @@ export class ControlPlane {
       ({ applied, current }) => !applied && current !== json && versionOf(current) === state.version,
     );
     return concurrent ? 'conflict' : 'written';
+  }
+
+  /**
+   * Deletes the records of a subscription or snapshot that `due` picks, in this endpoint's
+   * region's copy, each only if its state at the arbiter is still the one `due` judged (a change
+   * meanwhile keeps it). Returns how many it deleted.
+   */
+  async deleteWhere<T extends SubscriptionRecord | SnapshotRecord>(
+    kind: DataOwnerKind,
+    due: (record: T) => boolean | Promise<boolean>,
+  ): Promise<number> {
+    const { redis } = this.regions.requireLocal().ctx;
+    const [records] = this.hashes(this.regions.local, kind);
+    let deleted = 0;
+    let cursor = '0';
+    do {
+      const [next, entries] = await redis.hscan(records, cursor, 'COUNT', 200);
+      cursor = next;
+      for (let i = 0; i < entries.length; i += 2) {
+        const record = JSON.parse(entries[i + 1]) as T;
+        if (!(await due(record))) continue;
+        const arbiter = this.regions.arbiter();
+        const json = await this.readState(arbiter, kind, record.name);
+        if (json !== entries[i + 1]) continue;
+        const tombstone = dataOwnerTombstone(record, versionOf(json) + 1);
+        if ((await this.write(kind, arbiter, json, tombstone)) === 'written') deleted++;
+      }
+    } while (cursor !== '0');
+    return deleted;
   }
 
   /** Drops subscription data (a deleted subscription's, or an interrupted attach's) in one region. */

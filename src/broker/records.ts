@@ -60,6 +60,11 @@ export interface Tombstone {
 /** A name's state in one region: its record or its tombstone. */
 export type State = TopicRecord | SubscriptionRecord | SnapshotRecord | Tombstone;
 
+/** The tombstone that deletes a subscription or snapshot: it names the incarnation whose data is dropped. */
+export function dataOwnerTombstone(record: SubscriptionRecord | SnapshotRecord, version: number): Tombstone {
+  return { name: record.name, version, deleted: true, uid: record.uid, topicUid: record.topicUid };
+}
+
 export const isTombstone = (state: State): state is Tombstone => 'deleted' in state && state.deleted === true;
 export const versionOf = (json: string): number =>
   json === '' ? 0 : ((JSON.parse(json) as { version?: number }).version ?? 0);

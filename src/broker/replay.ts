@@ -67,8 +67,9 @@ export class ReplayService {
       const data = region.ctx.keys.topicData(record.topicUid);
       return snapshot ? { snapshot: data.snapshot(snapshot.uid) } : { timeUs: targetUs as number };
     });
-    if (snapshot) {
-      // Checked in every region first, so that a snapshot missing in one is refused before any region seeks.
+    if (snapshot && this.regions.multiRegion) {
+      // Checked in every region first, so that a snapshot missing in one is refused before any
+      // region seeks (with one region, the script's own check is that).
       for (const [i, region] of this.regions.all.entries()) {
         const { snapshot: keys } = targets[i] as { snapshot: SnapshotKeys };
         if (!(await region.ctx.redis.exists(keys.info))) throw notFound(snapshotName!.id);

@@ -10,13 +10,12 @@ import { checkUpdateMask, notImplemented, settleAll, settleMasked, storedSetting
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
 import {
+  dataOwnerTombstone,
   isTombstone,
   newUid,
   type SnapshotRecord,
   type State,
-  type Tombstone,
   type TopicRecord,
-  versionOf,
 } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import { SNAPSHOT_FIELDS, type SnapshotInput, type SnapshotSettings } from './snapshot-fields.ts';
@@ -186,7 +185,7 @@ export class SnapshotService {
   async delete(_caller: CallContext, name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     await this.controlPlane.replace('snapshot', name, (record: SnapshotRecord, version) =>
-      tombstoneOf(record, version),
+      dataOwnerTombstone(record, version),
     );
   }
 
@@ -226,28 +225,10 @@ export class SnapshotService {
   }
 
   /** Deletes the snapshots whose expireTime has passed (unless changed meanwhile). Returns how many. */
-  async expire(nowUs: number): Promise<number> {
-    const { redis, keys } = this.regions.requireLocal().ctx;
-    let expired = 0;
-    let cursor = '0';
-    do {
-      const [next, entries] = await redis.hscan(keys.snapshots, cursor, 'COUNT', 200);
-      cursor = next;
-      for (let i = 0; i < entries.length; i += 2) {
-        const record = JSON.parse(entries[i + 1]) as SnapshotRecord;
-        if (parseTimestampUs(record.expireTime, 'expireTime') > nowUs) continue;
-        const arbiter = this.regions.arbiter();
-        const json = await this.controlPlane.readState(arbiter, 'snapshot', record.name);
-        if (json !== entries[i + 1]) continue;
-        const tombstone = tombstoneOf(record, versionOf(json) + 1);
-        if ((await this.controlPlane.write('snapshot', arbiter, json, tombstone)) === 'written') expired++;
-      }
-    } while (cursor !== '0');
-    return expired;
+  expire(nowUs: number): Promise<number> {
+    return this.controlPlane.deleteWhere(
+      'snapshot',
+      (record: SnapshotRecord) => parseTimestampUs(record.expireTime, 'expireTime') <= nowUs,
+    );
   }
-}
-
-/** The tombstone that deletes a snapshot: it names the incarnation whose data is let go. */
-function tombstoneOf(record: SnapshotRecord, version: number): Tombstone {
-  return { name: record.name, version, deleted: true, uid: record.uid, topicUid: record.topicUid };
 }

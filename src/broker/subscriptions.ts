@@ -6,7 +6,7 @@ import { parseDurationSeconds } from './durations.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
-import { newUid, type SubscriptionRecord, type Tombstone, type TopicRecord, versionOf } from './records.ts';
+import { dataOwnerTombstone, newUid, type SubscriptionRecord, type TopicRecord } from './records.ts';
 import type { Regions } from './regions.ts';
 import { checkPushHost, type PushConfig, type PushConfigInput, type PushHosts } from './push-config.ts';
 import {
@@ -164,7 +164,7 @@ export class SubscriptionService {
   async delete(_caller: CallContext, name: ResourceName): Promise<void> {
     this.regions.requireLocal();
     await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
-      tombstoneOf(record, version),
+      dataOwnerTombstone(record, version),
     );
   }
 
@@ -183,30 +183,13 @@ export class SubscriptionService {
    * pull, stream, ack, deadline change, create or update, in any region). Returns how many it deleted.
    */
   async expireIdle(nowUs: number): Promise<number> {
-    const { redis, keys } = this.regions.requireLocal().ctx;
-    let expired = 0;
-    let cursor = '0';
-    do {
-      const [next, entries] = await redis.hscan(keys.subscriptions, cursor, 'COUNT', 200);
-      cursor = next;
-      for (let i = 0; i < entries.length; i += 2) {
-        const record = JSON.parse(entries[i + 1]) as SubscriptionRecord;
-        if (!record.expirationPolicy.ttl) continue;
-        const ttlUs = parseDurationSeconds(record.expirationPolicy.ttl, 'expirationPolicy.ttl') * 1_000_000;
-        const activeAt = await this.lastActiveUs(record);
-        if (activeAt === undefined || activeAt + ttlUs > nowUs) continue;
-        // Deleted only if nobody changed it meanwhile (a change counts as use).
-        const arbiter = this.regions.arbiter();
-        const json = await this.controlPlane.readState(arbiter, 'subscription', record.name);
-        if (json !== entries[i + 1]) continue;
-        if (
-          (await this.controlPlane.write('subscription', arbiter, json, tombstoneOf(record, versionOf(json) + 1))) ===
-          'written'
-        )
-          expired++;
-      }
-    } while (cursor !== '0');
-    return expired;
+    // Deleted only if nobody changed it meanwhile (a change counts as use).
+    return this.controlPlane.deleteWhere('subscription', async (record: SubscriptionRecord) => {
+      if (!record.expirationPolicy.ttl) return false;
+      const ttlUs = parseDurationSeconds(record.expirationPolicy.ttl, 'expirationPolicy.ttl') * 1_000_000;
+      const activeAt = await this.lastActiveUs(record);
+      return activeAt !== undefined && activeAt + ttlUs <= nowUs;
+    });
   }
 
   async list(
@@ -244,9 +227,4 @@ export class SubscriptionService {
   private liveTopic(topic: string): Promise<TopicRecord | undefined> {
     return this.topics.find(topic);
   }
-}
-
-/** The tombstone that deletes a subscription: it names the incarnation whose data is dropped. */
-function tombstoneOf(record: SubscriptionRecord, version: number): Tombstone {
-  return { name: record.name, version, deleted: true, uid: record.uid, topicUid: record.topicUid };
 }

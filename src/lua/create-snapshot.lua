@@ -41,13 +41,8 @@ local function hold(seq)
     seqs[#seqs + 1] = seq
   end
 end
-for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+for _, entry in ipairs(held_entries(KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
   if string.sub(entry, 1, 2) ~= 'k:' then hold((split_entry(entry))) end
-end
-for _, set in ipairs({ KEYS[4], KEYS[5], KEYS[6] }) do
-  for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do
-    if string.sub(entry, 1, 2) ~= 'k:' then hold((split_entry(entry))) end
-  end
 end
 for _, member in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do hold(keyed_member_seq(member)) end
 

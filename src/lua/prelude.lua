@@ -175,6 +175,16 @@ local function hold_bodies(refs_key, seqs)
   end)
 end
 
+-- Every delivery entry a subscription holds outside its keyed ZSET: its ready list, then its
+-- delayed, leased and forwarding sets (key markers "k:<key>" included).
+local function held_entries(ready_key, delayed_key, leased_key, forwarding_key)
+  local entries = redis.call('LRANGE', ready_key, 0, -1)
+  for _, set in ipairs({ delayed_key, leased_key, forwarding_key }) do
+    for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do entries[#entries + 1] = entry end
+  end
+  return entries
+end
+
 -- A delivery entry is "seq" (never delivered) or "seq:gen" (last delivered as generation gen).
 local function split_entry(entry)
   local colon = string.find(entry, ':', 1, true)

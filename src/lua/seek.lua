@@ -110,10 +110,7 @@ local function hold(entry)
     if (held[seq] or -1) < gen then held[seq] = gen end
   end
 end
-for _, entry in ipairs(redis.call('LRANGE', ready_key, 0, -1)) do hold(entry) end
-for _, set in ipairs({ delayed_key, leased_key, forwarding_key }) do
-  for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do hold(entry) end
-end
+for _, entry in ipairs(held_entries(ready_key, delayed_key, leased_key, forwarding_key)) do hold(entry) end
 if ordered then
   for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do
     local seq = keyed_member_seq(member)
