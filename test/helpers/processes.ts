@@ -31,8 +31,23 @@ export interface BrokerProcess {
   output: () => string;
 }
 
-/** Starts `node src/server.ts` with the given environment and waits until /readyz answers 200. */
+/**
+ * Starts `node src/server.ts` with the given environment and waits until /readyz answers 200.
+ * Without a PORT in `env` it takes a free one, and another if something else (an outgoing
+ * connection of a test running alongside, say) took that one before the broker could listen.
+ */
 export async function startBrokerProcess(env: Record<string, string>, nodeArgs: string[] = []): Promise<BrokerProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startBrokerOnce(env, nodeArgs);
+    } catch (error) {
+      const portTaken = env.PORT === undefined && /EADDRINUSE/.test((error as Error).message);
+      if (!portTaken || attempt === 3) throw error;
+    }
+  }
+}
+
+async function startBrokerOnce(env: Record<string, string>, nodeArgs: string[]): Promise<BrokerProcess> {
   const port = env.PORT ?? String(await freePort());
   const child = spawn(process.execPath, ['--import=tsx', ...nodeArgs, 'src/server.ts'], {
     cwd: REPO,
