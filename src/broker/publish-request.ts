@@ -2,6 +2,7 @@ import { ApiError, invalidArgument } from '../errors.ts';
 import type { BulkStrings } from '../redis/binary-command.ts';
 import { SEQS_PER_BLOCK } from '../redis/keys.ts';
 import { layoutMessage, type MessageLayout, packMessages } from './message-codec.ts';
+import { takeExtensions } from './message-extensions.ts';
 
 export const MAX_PUBLISH_MESSAGES = 1000;
 // A publish's seqs lie in one block of sequence numbers (keys.ts): its messages must fit in it.
@@ -19,6 +20,8 @@ export interface PubsubMessage {
   data: Buffer;
   attributes?: Record<string, string>;
   orderingKey?: string;
+  /** Stored once within the topic's deduplication window (message-extensions.ts). */
+  idempotencyKey?: string;
 }
 
 /** A publish's bodies as they go to Redis: staged (as body block fields) or in the script call. */
@@ -27,11 +30,29 @@ export interface PackedPublish {
   staged: boolean;
 }
 
+/** A checked publish: its bodies, the messages as stored, and per message its idempotency key ('' for none). */
+export interface CheckedPublish extends PackedPublish {
+  messages: PubsubMessage[];
+  idempotencyKeys: string[];
+}
+
 /**
  * Validates a publish request (its limits are Pub/Sub's: https://cloud.google.com/pubsub/quotas)
  * and packs the message bodies for storage, to be staged when they reach `stageFromBytes`.
  */
-export function checkPublishRequest(messages: PubsubMessage[], stageFromBytes: number): PackedPublish {
+export function checkPublishRequest(requested: PubsubMessage[], stageFromBytes: number): CheckedPublish {
+  const idempotencyKeys: string[] = [];
+  const messages = requested.map((message, index) => {
+    const taken = takeExtensions(message, index);
+    const { idempotencyKey } = taken.extensions;
+    if (LONE_SURROGATE.test(idempotencyKey)) {
+      throw invalidArgument(
+        `Message ${index}: the idempotency key is not valid UTF-8 text (it holds a lone surrogate).`,
+      );
+    }
+    idempotencyKeys.push(idempotencyKey);
+    return taken.message;
+  });
   if (messages.length === 0) throw invalidArgument('The publish request must contain at least one message.');
   if (messages.length > MAX_PUBLISH_MESSAGES) {
     throw invalidArgument(
@@ -98,7 +119,7 @@ export function checkPublishRequest(messages: PubsubMessage[], stageFromBytes: n
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
-  return packLayouts(layouts, storedBytes, stageFromBytes);
+  return { ...packLayouts(layouts, storedBytes, stageFromBytes), messages, idempotencyKeys };
 }
 
 /**

@@ -8,7 +8,7 @@ import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
 import { checkPublishRequest, type PackedPublish, type PubsubMessage, packChecked } from './publish-request.ts';
 import type { TopicRecord } from './records.ts';
-import { topicRetentionUs } from './topic-fields.ts';
+import { deduplicationWindowUs, topicRetentionUs } from './topic-fields.ts';
 import type { Region, Regions } from './regions.ts';
 import { RememberedTopics } from './remembered-topics.ts';
 import { storageRegion } from './storage-region.ts';
@@ -20,6 +20,13 @@ interface Attachment {
   ordered: boolean;
   /** Only the messages whose attributes match are its. */
   filter?: SubscriptionFilter;
+}
+
+/** The messages of one publish as stored, and per message its idempotency key ('' for none). */
+interface PublishedMessages {
+  messages: PubsubMessage[];
+  orderingKey: string;
+  idempotencyKeys: string[];
 }
 
 interface Attachments {
@@ -55,17 +62,17 @@ export class Publisher {
     this.rememberedTopics = new RememberedTopics(!regions.multiRegion, rememberTopicMs);
   }
 
-  async publish(topicName: ResourceName, messages: PubsubMessage[]): Promise<{ messageIds: string[] }> {
-    const bodies = checkPublishRequest(messages, this.stageBodiesFromBytes);
+  async publish(topicName: ResourceName, requested: PubsubMessage[]): Promise<{ messageIds: string[] }> {
+    const checked = checkPublishRequest(requested, this.stageBodiesFromBytes);
+    const { messages, idempotencyKeys } = checked;
     const orderingKey = messages[0].orderingKey ?? '';
     for (;;) {
       const remembered = this.rememberedTopics.recall(topicName.full)?.record;
       const record = remembered ?? (await this.topics.read(topicName));
       const stored = await this.publishTo(
         record,
-        bodies,
-        messages,
-        orderingKey,
+        checked,
+        { messages, orderingKey, idempotencyKeys },
         storageRegion(this.regions, record, orderingKey),
       );
       if (stored.kind === 'stored') {
@@ -85,7 +92,13 @@ export class Publisher {
    */
   async forward(record: TopicRecord, region: Region, message: PubsubMessage, forwardId: string): Promise<boolean> {
     const packed = packChecked([message], this.stageBodiesFromBytes);
-    const stored = await this.publishTo(record, packed, [message], message.orderingKey ?? '', region, forwardId);
+    const stored = await this.publishTo(
+      record,
+      packed,
+      { messages: [message], orderingKey: message.orderingKey ?? '', idempotencyKeys: [''] },
+      region,
+      forwardId,
+    );
     return stored.kind !== 'topic-deleted';
   }
 
@@ -93,8 +106,7 @@ export class Publisher {
   private async publishTo(
     record: TopicRecord,
     { bodies, staged }: PackedPublish,
-    messages: PubsubMessage[],
-    orderingKey: string,
+    { messages, orderingKey, idempotencyKeys }: PublishedMessages,
     region: Region,
     forwardId?: string,
   ): Promise<{ kind: 'stored'; messageIds: string[] } | { kind: 'topic-deleted' | 'forwarded-before' }> {
@@ -120,6 +132,8 @@ export class Publisher {
         stagingKey,
         forwardId,
         topicRetentionUs: topicRetentionUs(record),
+        idempotencyKeys,
+        deduplicationWindowUs: deduplicationWindowUs(record),
       });
       if (result.kind === 'topic-deleted' || result.kind === 'forwarded-before') return { kind: result.kind };
       if (result.kind === 'attachments-changed') {
@@ -136,10 +150,12 @@ export class Publisher {
       if (result.kind === 'staged-bodies-missing')
         throw unavailable('The publish could not be stored this time; retry it.');
       ctx.publishClock.observe(result.redisTimeUs);
-      const { firstSeq } = result;
+      const { firstSeq, duplicates } = result;
       return {
         kind: 'stored',
-        messageIds: Array.from({ length: bodies.count }, (_, i) => messageId(region.name, firstSeq + i)),
+        messageIds: Array.from({ length: bodies.count }, (_, i) =>
+          messageId(region.name, duplicates.get(i) ?? firstSeq + i),
+        ),
       };
     }
   }

@@ -16,8 +16,11 @@ export interface TopicSettings {
   labels?: Record<string, string>;
   messageRetentionDuration?: string;
   messageStoragePolicy?: MessageStoragePolicy;
+  deduplicationWindow?: string;
 }
 
+const DEDUPLICATION_WINDOW_DEFAULT_SECONDS = 600;
+const DEDUPLICATION_WINDOW_MAX_SECONDS = 24 * 3600;
 const RETENTION_MIN_SECONDS = 600;
 const RETENTION_MAX_SECONDS = 31 * 24 * 3600;
 
@@ -53,6 +56,14 @@ export const TOPIC_FIELDS = {
       return policy;
     },
   }),
+  // The broker's own: how long a published message's idempotency key is remembered
+  // (message-extensions.ts); unset means the default, 10 minutes.
+  deduplicationWindow: field({
+    wire: durationString,
+    access: 'mutable',
+    settle: (value) =>
+      value ? checkDuration(value, 'deduplicationWindow', 1, DEDUPLICATION_WINDOW_MAX_SECONDS) : undefined,
+  }),
   kmsKeyName: unimplementedField(z.string()),
   schemaSettings: unimplementedField(),
   ingestionDataSourceSettings: unimplementedField(),
@@ -69,4 +80,12 @@ export type TopicInput = WireOf<typeof TOPIC_FIELDS>;
 export function topicRetentionUs(topic: TopicSettings): number | undefined {
   const retention = topic.messageRetentionDuration;
   return retention ? durationMicroseconds(retention, 'messageRetentionDuration') : undefined;
+}
+
+/** How long the topic remembers a published message's idempotency key (µs). */
+export function deduplicationWindowUs(topic: TopicSettings): number {
+  const window = topic.deduplicationWindow;
+  return window
+    ? durationMicroseconds(window, 'deduplicationWindow')
+    : DEDUPLICATION_WINDOW_DEFAULT_SECONDS * 1_000_000;
 }

@@ -8,7 +8,9 @@
   KEYS[5]    messages forwarded here from dead-letter policies (ZSET forward ID -> when stored)
   KEYS[6]    the retained log (ZSET block -> latest publish time in it, µs)
   KEYS[7]    the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
-  KEYS[8..]  four keys per attached subscription, in the order the caller read them:
+  KEYS[8]    the remembered idempotency keys (HASH key -> the seq stored under it)
+  KEYS[9]    when each remembered idempotency key was stored (ZSET key -> µs)
+  KEYS[10..] four keys per attached subscription, in the order the caller read them:
              its ready list, its keyed ZSET and its key states (the two used when ordered),
              and its selections (HASH block -> taken flags, written for a filtered
              subscription while the topic retains)
@@ -27,13 +29,20 @@
              counts as acknowledged for it from the start)
   ARGV[9]    the topic's messageRetentionDuration in µs, or '' when it has none
   ARGV[10]   the number of messages, n (at most SEQS_PER_BLOCK)
-  ARGV[11..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+  ARGV[11]   the topic's deduplication window (µs): an idempotency key is remembered that long
+  ARGV[12]   k, how many of the messages carry an idempotency key
+  ARGV[13..] k pairs: the message's index (1 .. n) and its idempotency key. A key remembered
+             within the window, or given to an earlier message of the same publish, makes its
+             message a duplicate: nothing of it is stored, and its answer is the seq stored first.
+  ARGV[13 + 2k ..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
              the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
              is handed costs Redis a pass (it builds a Lua string of each argument), while a
              staged hash becomes the block by RENAME, without its bytes being read.
-  Returns    {REPLY_OK, firstSeq, nowUs}      stored, seqs firstSeq .. firstSeq + n - 1
+  Returns    {REPLY_OK, firstSeq, nowUs, i1, seq1, ...}
+                                              stored, seqs firstSeq .. firstSeq + n - 1, but
+                                              message i1 (a duplicate) was stored before as seq1, ...
              {REPLY_TOPIC_DELETED}            the topic incarnation was deleted
              {REPLY_ATTACHMENTS_CHANGED}      attachments changed: re-read them and retry
              {REPLY_STAMP_REFUSED, nowUs}     the stamp is too far from now: stamp again from nowUs
@@ -52,12 +61,17 @@
              subscription's retainAckedMessages: the state's retainUs), every stored message
              holds one more reference, the log's, and goes into a block of the log; a block is in
              the log only if every message of it holds that reference (expire-log releases them).
+             An idempotency key names one stored message while it is remembered: within the
+             window, no publish stores another under it. Remembering is bounded: each call forgets
+             at least as many expired keys as it adds, and both keys expire a window after the
+             last call that added one.
 ]]
 local state_key, bodies_prefix, refs_key, staging_key, forwarded_key, log_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 -- A forward ID's mark outlives by far any forwarder still at work on it (src/broker/dead-letters.ts).
 local FORWARD_MARK_KEPT_US = 24 * 3600 * 1000000
-local FIRST_BODY_ARG = 11
 local count = tonumber(ARGV[10])
+local dedup_window, keyed_messages = tonumber(ARGV[11]), tonumber(ARGV[12])
+local FIRST_BODY_ARG = 13 + 2 * keyed_messages
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
   return redis.error_reply('publish: the staged bodies are not all there')
@@ -82,7 +96,7 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
   return refuse({REPLY_STAMP_REFUSED, now})
 end
 
-local subscriptions = (#KEYS - 7) / 4
+local subscriptions = (#KEYS - 9) / 4
 -- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
 -- of the subscriptions.
 local topic_retention = tonumber(ARGV[9]) or 0
@@ -101,6 +115,46 @@ for s = 1, subscriptions do
 end
 if at ~= #selections + 1 then
   return refuse(redis.error_reply('publish: ARGV[8] does not give one selection per subscription'))
+end
+
+-- Idempotency keys: duplicate[i] is the seq a remembered key names, or for a key given twice in
+-- this publish, the index of its first message (resolved once seqs are known). A duplicate is
+-- taken by no subscription and stored nowhere.
+local idempotency_key, idempotency_times = KEYS[8], KEYS[9]
+local duplicate, new_keys, duplicates = {}, {}, 0
+if keyed_messages > 0 then
+  local remembered_since = now - dedup_window
+  local expired = redis.call('ZRANGEBYSCORE', idempotency_times, '-inf', '(' .. string.format('%.0f', remembered_since), 'LIMIT', 0, 2 * keyed_messages)
+  if #expired > 0 then
+    redis.call('ZREM', idempotency_times, unpack(expired))
+    redis.call('HDEL', idempotency_key, unpack(expired))
+  end
+  local first_of = {}
+  for j = 1, keyed_messages do
+    local i, key = tonumber(ARGV[11 + 2 * j]), ARGV[12 + 2 * j]
+    local stored_at = redis.call('ZSCORE', idempotency_times, key)
+    local original = stored_at and tonumber(stored_at) >= remembered_since and redis.call('HGET', idempotency_key, key)
+    if original then
+      duplicate[i], duplicates = original, duplicates + 1
+    elseif first_of[key] then
+      duplicate[i], duplicates = first_of[key], duplicates + 1
+    else
+      first_of[key] = i
+      new_keys[#new_keys + 1] = { i, key }
+    end
+  end
+end
+if duplicates > 0 then
+  -- Every subscription takes the new messages only (the filtered path: a '0' per duplicate).
+  for s = 1, subscriptions do
+    local flags = {}
+    for i = 1, count do
+      local taken_by_filter = not takes[s] or string.byte(takes[s], i) == 49
+      flags[i] = (taken_by_filter and not duplicate[i]) and '1' or '0'
+    end
+    takes[s] = table.concat(flags)
+  end
+  filtered = true
 end
 local forward_id = ARGV[7]
 if forward_id ~= '' then
@@ -130,13 +184,36 @@ for i = 1, count do
       if not takes[s] or string.byte(takes[s], i) == 49 then n = n + 1 end
     end
   end
-  if logging and (n > 0 or topic_retention > 0) then n = n + 1 end
+  if logging and (n > 0 or topic_retention > 0) and not duplicate[i] then n = n + 1 end
   holders[i] = n
   if n > 0 then kept = kept + 1 end
 end
+
+-- The answer, and the new idempotency keys remembered under their seqs.
+local reply = {REPLY_OK, first_seq, now}
+for i = 1, count do
+  local original = duplicate[i]
+  if original then
+    reply[#reply + 1] = i
+    reply[#reply + 1] = type(original) == 'number' and string.format('%d', first_seq + original - 1) or original
+  end
+end
+if #new_keys > 0 then
+  local seq_of, stored_at = {}, {}
+  for j, entry in ipairs(new_keys) do
+    seq_of[2 * j - 1], seq_of[2 * j] = entry[2], string.format('%d', first_seq + entry[1] - 1)
+    stored_at[2 * j - 1], stored_at[2 * j] = now, entry[2]
+  end
+  redis.call('HSET', idempotency_key, unpack(seq_of))
+  redis.call('ZADD', idempotency_times, unpack(stored_at))
+  local kept_ms = math.ceil(dedup_window / 1000)
+  redis.call('PEXPIRE', idempotency_key, kept_ms)
+  redis.call('PEXPIRE', idempotency_times, kept_ms)
+end
+
 if kept == 0 then -- nobody to deliver to: nothing is stored
   discard_staging()
-  return {REPLY_OK, first_seq, now}
+  return reply
 end
 
 local block_key = bodies_prefix .. string.format('%d', block)
@@ -198,11 +275,11 @@ end
 
 local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
 for s = 1, subscriptions do
-  local ready_key, keyed_key, key_states_key = KEYS[4 * s + 4], KEYS[4 * s + 5], KEYS[4 * s + 6]
+  local ready_key, keyed_key, key_states_key = KEYS[4 * s + 6], KEYS[4 * s + 7], KEYS[4 * s + 8]
   local mine = taken(s)
   if logging and takes[s] then
     -- Which messages of the block it took, for a seek back to them (seek.lua).
-    local selections_key, block_id = KEYS[4 * s + 7], string.format('%d', block)
+    local selections_key, block_id = KEYS[4 * s + 9], string.format('%d', block)
     local flags = redis.call('HGET', selections_key, block_id) or string.rep('1', SEQS_PER_BLOCK)
     flags = string.sub(flags, 1, first_field) .. takes[s] .. string.sub(flags, first_field + count + 1)
     redis.call('HSET', selections_key, block_id, flags)
@@ -224,4 +301,4 @@ for s = 1, subscriptions do
   end
 end
 redis.call('PUBLISH', ARGV[4], '1')
-return {REPLY_OK, first_seq, now}
+return reply

@@ -128,6 +128,17 @@ export class TopicKeys {
     return `${this.base}:forwarded`;
   }
   /**
+   * Idempotency keys of messages published within the topic's deduplication window (HASH key ->
+   * the seq stored under it); idempotencyTimes says when each was stored.
+   */
+  get idempotencyKeys(): string {
+    return `${this.base}:idempotency-keys`;
+  }
+  /** When each remembered idempotency key was stored (ZSET key -> µs): the oldest are forgotten first. */
+  get idempotencyTimes(): string {
+    return `${this.base}:idempotency-times`;
+  }
+  /**
    * The retained log: body blocks whose every message holds one reference for retention (ZSET
    * block -> the latest publish time in it, µs).
    */

@@ -7,6 +7,8 @@ export const pubsubMessageSchema = z.strictObject({
   data: z.string().optional(),
   attributes: z.record(z.string(), z.string(), 'attributes must map strings to strings').optional(),
   orderingKey: z.string().optional(),
+  // The broker's extension (src/broker/message-extensions.ts).
+  idempotencyKey: z.string().optional(),
   // Server-assigned; tolerated on input (clients re-publish received messages) and replaced.
   messageId: z.string().optional(),
   publishTime: z.string().optional(),
@@ -20,5 +22,10 @@ export const publishBodySchema = z.strictObject({
 export function decodePublishMessages(messages: z.infer<typeof pubsubMessageSchema>[]): PubsubMessage[] {
   const data = decodeMessageData(messages.map((message) => message.data));
   if (!Array.isArray(data)) throw invalidArgument(`Message ${data.invalidData}: "data" is not valid base64.`);
-  return messages.map(({ attributes, orderingKey }, i) => ({ data: data[i], attributes, orderingKey }));
+  return messages.map(({ attributes, orderingKey, idempotencyKey }, i) => ({
+    data: data[i],
+    attributes,
+    orderingKey,
+    idempotencyKey,
+  }));
 }

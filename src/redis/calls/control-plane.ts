@@ -135,7 +135,7 @@ export async function dropSubscription(
 
 /** Closes a topic incarnation to publishing and attaching. */
 export async function deleteTopicData(scripts: Scripts, data: TopicKeys): Promise<void> {
-  await scripts.run('delete-topic-data', [data.state, data.forwarded], []);
+  await scripts.run('delete-topic-data', [data.state, data.forwarded, data.idempotencyKeys, data.idempotencyTimes], []);
 }
 
 /** Marks subscription data ("topicUid/subscriptionUid/name") for clean-up. */

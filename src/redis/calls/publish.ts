@@ -34,11 +34,16 @@ export interface PublishCall {
   forwardId?: string;
   /** The topic's messageRetentionDuration (µs), when it has one: its messages are kept that long. */
   topicRetentionUs?: number;
+  /** Per message, its idempotency key ('' for none): a key seen within the window stores nothing. */
+  idempotencyKeys?: readonly string[];
+  /** How long an idempotency key is remembered (µs): the topic's deduplicationWindow. */
+  deduplicationWindowUs?: number;
 }
 
 /**
  * What publish.lua did; on every answer but 'published' nothing was stored.
- *   'published'              as seqs firstSeq .. firstSeq + n - 1, at the script's time redisTimeUs;
+ *   'published'              as seqs firstSeq .. firstSeq + n - 1, at the script's time redisTimeUs,
+ *                            but for the duplicates, stored before under the same idempotency key;
  *   'topic-deleted'          the topic incarnation is deleted;
  *   'attachments-changed'    re-read the attached subscriptions and publish again;
  *   'stamp-refused'          the publish time is too far from the script's time redisTimeUs: stamp
@@ -49,7 +54,13 @@ export interface PublishCall {
  *   'forwarded-before'       the forward ID was stored already.
  */
 export type PublishResult =
-  | { kind: 'published'; firstSeq: number; redisTimeUs: number }
+  | {
+      kind: 'published';
+      firstSeq: number;
+      redisTimeUs: number;
+      /** Message index → the seq it was stored as before (its idempotency key was remembered). */
+      duplicates: Map<number, number>;
+    }
   | { kind: 'topic-deleted' }
   | { kind: 'attachments-changed' }
   | { kind: 'stamp-refused'; redisTimeUs: number }
@@ -67,7 +78,17 @@ export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
  */
 export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
   const { bodies, stagingKey } = call;
-  const keys = [data.state, data.bodies, data.refs, stagingKey, data.forwarded, data.log, data.logStart];
+  const keys = [
+    data.state,
+    data.bodies,
+    data.refs,
+    stagingKey,
+    data.forwarded,
+    data.log,
+    data.logStart,
+    data.idempotencyKeys,
+    data.idempotencyTimes,
+  ];
   let orderedFlags = '';
   let selections = '';
   for (const { uid, ordered, takes } of call.subscriptions) {
@@ -87,8 +108,14 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     selections,
     call.topicRetentionUs ? String(call.topicRetentionUs) : '',
     String(bodies.count),
+    String(call.deduplicationWindowUs ?? 0),
   ];
-  let reply: [number, number?, number?];
+  const keyedMessages: string[] = [];
+  call.idempotencyKeys?.forEach((key, index) => {
+    if (key !== '') keyedMessages.push(String(index + 1), key);
+  });
+  args.push(String(keyedMessages.length / 2), ...keyedMessages);
+  let reply: number[];
   try {
     reply = (await (call.staged
       ? scripts.runStaged('publish', keys, args, stagingKey, bodies)
@@ -105,11 +132,14 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     case REPLY_ATTACHMENTS_CHANGED:
       return { kind: 'attachments-changed' };
     case REPLY_STAMP_REFUSED:
-      return { kind: 'stamp-refused', redisTimeUs: reply[1]! };
+      return { kind: 'stamp-refused', redisTimeUs: reply[1] };
     case REPLY_FORWARDED_BEFORE:
       return { kind: 'forwarded-before' };
-    case REPLY_OK:
-      return { kind: 'published', firstSeq: reply[1]!, redisTimeUs: reply[2]! };
+    case REPLY_OK: {
+      const duplicates = new Map<number, number>();
+      for (let at = 3; at < reply.length; at += 2) duplicates.set(reply[at] - 1, Number(reply[at + 1]));
+      return { kind: 'published', firstSeq: reply[1], redisTimeUs: reply[2], duplicates };
+    }
     default:
       throw unexpectedReply('publish', reply);
   }
