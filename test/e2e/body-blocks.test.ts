@@ -225,7 +225,13 @@ for (const target of redisTargets()) {
       // staging key holds fewer bodies than the script is told.
       const runStaged = ctx.scripts.runStaged.bind(ctx.scripts);
       ctx.scripts.runStaged = (name, keys, args, stagingKey, bodies) =>
-        runStaged(name, keys, [...args.slice(0, -1), String(Number(args.at(-1)) + 1)], stagingKey, bodies);
+        runStaged(
+          name,
+          keys,
+          args.map((arg, i) => (i === 9 ? String(Number(arg) + 1) : arg)), // ARGV[10], the message count
+          stagingKey,
+          bodies,
+        );
       const answer = await broker.api('POST', `${P}/topics/missing:publish`, {
         messages: [{ data: b64('one') }, { data: b64('two') }],
       });

@@ -60,9 +60,9 @@ export async function callPublishScript(
   return { result, body: packed.at(0) };
 }
 
-/** `scripts`, but telling publish.lua that a publish holds `count` messages (its last argument before the bodies). */
+/** `scripts`, but telling publish.lua that a publish holds `count` messages (its ARGV[10]). */
 function miscounting(scripts: Scripts, count: number): Scripts {
-  const told = (args: string[]) => [...args.slice(0, -1), String(count)];
+  const told = (args: string[]) => args.map((arg, i) => (i === 9 ? String(count) : arg));
   return Object.assign(Object.create(scripts) as Scripts, {
     runEncoded: (name, keys, args, trailing) => scripts.runEncoded(name, keys, told(args), trailing),
     runStaged: (name, keys, args, stagingKey, trailing) =>
