@@ -2,7 +2,7 @@ import { ApiError, invalidArgument } from '../errors.ts';
 import type { BulkStrings } from '../redis/binary-command.ts';
 import { SEQS_PER_BLOCK } from '../redis/keys.ts';
 import { layoutMessage, type MessageLayout, packMessages } from './message-codec.ts';
-import { takeExtensions } from './message-extensions.ts';
+import { type DeliverySchedule, takeExtensions } from './message-extensions.ts';
 
 export const MAX_PUBLISH_MESSAGES = 1000;
 // A publish's seqs lie in one block of sequence numbers (keys.ts): its messages must fit in it.
@@ -22,6 +22,9 @@ export interface PubsubMessage {
   orderingKey?: string;
   /** Stored once within the topic's deduplication window (message-extensions.ts). */
   idempotencyKey?: string;
+  /** Delivered at that time (RFC 3339), or that long (a Duration) after its publish time. */
+  deliveryTime?: string;
+  deliveryDelay?: string;
 }
 
 /** A publish's bodies as they go to Redis: staged (as body block fields) or in the script call. */
@@ -30,10 +33,14 @@ export interface PackedPublish {
   staged: boolean;
 }
 
-/** A checked publish: its bodies, the messages as stored, and per message its idempotency key ('' for none). */
+/**
+ * A checked publish: its bodies, the messages as stored, and per message its idempotency key ('' for
+ * none) and when it is to be delivered (undefined: at once).
+ */
 export interface CheckedPublish extends PackedPublish {
   messages: PubsubMessage[];
   idempotencyKeys: string[];
+  deliveries: (DeliverySchedule | undefined)[];
 }
 
 /**
@@ -42,9 +49,11 @@ export interface CheckedPublish extends PackedPublish {
  */
 export function checkPublishRequest(requested: PubsubMessage[], stageFromBytes: number): CheckedPublish {
   const idempotencyKeys: string[] = [];
+  const deliveries: (DeliverySchedule | undefined)[] = [];
   const messages = requested.map((message, index) => {
     const taken = takeExtensions(message, index);
-    const { idempotencyKey } = taken.extensions;
+    const { idempotencyKey, delivery } = taken.extensions;
+    deliveries.push(delivery);
     if (LONE_SURROGATE.test(idempotencyKey)) {
       throw invalidArgument(
         `Message ${index}: the idempotency key is not valid UTF-8 text (it holds a lone surrogate).`,
@@ -119,7 +128,7 @@ export function checkPublishRequest(requested: PubsubMessage[], stageFromBytes: 
   if (totalBytes > MAX_PUBLISH_BYTES) {
     throw invalidArgument(`The publish request is ${totalBytes} bytes; the limit is ${MAX_PUBLISH_BYTES} bytes.`);
   }
-  return { ...packLayouts(layouts, storedBytes, stageFromBytes), messages, idempotencyKeys };
+  return { ...packLayouts(layouts, storedBytes, stageFromBytes), messages, idempotencyKeys, deliveries };
 }
 
 /**

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { notFound, unavailable } from '../errors.ts';
+import { invalidArgument, notFound, unavailable } from '../errors.ts';
 import { publish } from '../redis/calls/publish.ts';
 import type { ClockReading } from './clock.ts';
 import { parseFilter, type SubscriptionFilter } from './filter.ts';
 import { stampMessages } from './message-codec.ts';
+import { type DeliverySchedule, deliveryDueUs } from './message-extensions.ts';
 import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
 import { checkPublishRequest, type PackedPublish, type PubsubMessage, packChecked } from './publish-request.ts';
@@ -22,11 +23,15 @@ interface Attachment {
   filter?: SubscriptionFilter;
 }
 
-/** The messages of one publish as stored, and per message its idempotency key ('' for none). */
+/**
+ * The messages of one publish as stored, and per message its idempotency key ('' for none) and
+ * when it is to be delivered (undefined: at once).
+ */
 interface PublishedMessages {
   messages: PubsubMessage[];
   orderingKey: string;
   idempotencyKeys: string[];
+  deliveries: (DeliverySchedule | undefined)[];
 }
 
 interface Attachments {
@@ -64,7 +69,7 @@ export class Publisher {
 
   async publish(topicName: ResourceName, requested: PubsubMessage[]): Promise<{ messageIds: string[] }> {
     const checked = checkPublishRequest(requested, this.stageBodiesFromBytes);
-    const { messages, idempotencyKeys } = checked;
+    const { messages, idempotencyKeys, deliveries } = checked;
     const orderingKey = messages[0].orderingKey ?? '';
     for (;;) {
       const remembered = this.rememberedTopics.recall(topicName.full)?.record;
@@ -72,7 +77,7 @@ export class Publisher {
       const stored = await this.publishTo(
         record,
         checked,
-        { messages, orderingKey, idempotencyKeys },
+        { messages, orderingKey, idempotencyKeys, deliveries },
         storageRegion(this.regions, record, orderingKey),
       );
       if (stored.kind === 'stored') {
@@ -95,7 +100,7 @@ export class Publisher {
     const stored = await this.publishTo(
       record,
       packed,
-      { messages: [message], orderingKey: message.orderingKey ?? '', idempotencyKeys: [''] },
+      { messages: [message], orderingKey: message.orderingKey ?? '', idempotencyKeys: [''], deliveries: [undefined] },
       region,
       forwardId,
     );
@@ -106,7 +111,7 @@ export class Publisher {
   private async publishTo(
     record: TopicRecord,
     { bodies, staged }: PackedPublish,
-    { messages, orderingKey, idempotencyKeys }: PublishedMessages,
+    { messages, orderingKey, idempotencyKeys, deliveries }: PublishedMessages,
     region: Region,
     forwardId?: string,
   ): Promise<{ kind: 'stored'; messageIds: string[] } | { kind: 'topic-deleted' | 'forwarded-before' }> {
@@ -120,6 +125,7 @@ export class Publisher {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
       const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
       stampMessages(bodies, publishTimeUs);
+      const scheduled = scheduledMessages(deliveries, publishTimeUs);
       const result = await publish(ctx.scripts, data, {
         time: ctx.clock.scriptTime(),
         publishTimeUs,
@@ -134,6 +140,7 @@ export class Publisher {
         topicRetentionUs: topicRetentionUs(record),
         idempotencyKeys,
         deduplicationWindowUs: deduplicationWindowUs(record),
+        scheduled,
       });
       if (result.kind === 'topic-deleted' || result.kind === 'forwarded-before') return { kind: result.kind };
       if (result.kind === 'attachments-changed') {
@@ -146,6 +153,11 @@ export class Publisher {
         refusal = ctx.publishClock.observe(result.redisTimeUs);
         if (++refusedStamps < MAX_REFUSED_STAMPS) continue;
         throw unavailable('The publish time could not be agreed with the Redis clock; retry the publish.');
+      }
+      if (result.kind === 'scheduled-past-retention') {
+        throw invalidArgument(
+          `Message ${result.index}: the delivery time is more than ${result.retentionUs / 1_000_000}s after the publish time, the retention of a subscription that takes it; it would expire before its delivery.`,
+        );
       }
       if (result.kind === 'staged-bodies-missing')
         throw unavailable('The publish could not be stored this time; retry it.');
@@ -177,6 +189,16 @@ export class Publisher {
     this.attachments.set(`${region.name}/${topicUid}`, attachments);
     return attachments;
   }
+}
+
+/** The messages of a publish stamped at publishTimeUs that are due later: their indexes and due times. */
+function scheduledMessages(deliveries: (DeliverySchedule | undefined)[], publishTimeUs: number) {
+  const scheduled: { index: number; dueUs: number }[] = [];
+  deliveries.forEach((delivery, index) => {
+    const dueUs = deliveryDueUs(delivery, publishTimeUs, index);
+    if (dueUs > 0) scheduled.push({ index, dueUs });
+  });
+  return scheduled;
 }
 
 /** An attached subscription as the topic's attachment hash holds it (attach-subscription.lua). */

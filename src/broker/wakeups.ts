@@ -88,6 +88,9 @@ export class Wakeups {
   }
 }
 
+/** The longest delay setTimeout takes (2^31 − 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * A delivery loop's sleep: it ends after `ms` (never, if undefined), when `woken` settles, or when
  * the loop is nudged (flow-control room, a close, new settings), whichever comes first. A nudge
@@ -115,7 +118,8 @@ export class Nap {
         if (this.wake === done) this.wake = undefined;
         resolve();
       };
-      if (ms !== undefined) timer = setTimeout(done, ms);
+      // A timer longer than setTimeout allows would fire at once; waking early only looks again.
+      if (ms !== undefined) timer = setTimeout(done, Math.min(ms, MAX_TIMER_MS));
       this.wake = done;
       woken?.then(done);
     });

@@ -11,6 +11,7 @@ local REPLY_NO_SNAPSHOT = -5 -- seek: the snapshot is not recorded here (deleted
 local REPLY_ATTACHMENTS_CHANGED = -2 -- publish: re-read the attached subscriptions and retry
 local REPLY_STAMP_REFUSED = -3 -- publish: the publish time is too far from the script's clock
 local REPLY_FORWARDED_BEFORE = -4 -- publish: a forwarded message was stored before
+local REPLY_PAST_RETENTION = -6 -- publish: a message is scheduled past the retention of a subscription taking it
 -- Per delivery (acknowledge, acknowledge-ordered, modify-ack-deadline).
 local DELIVERY_GONE = 0 -- no such lease: acknowledged, superseded, nacked, or unknown
 local DELIVERY_APPLIED = 1

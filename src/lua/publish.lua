@@ -10,10 +10,12 @@
   KEYS[7]    the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
   KEYS[8]    the remembered idempotency keys (HASH key -> the seq stored under it)
   KEYS[9]    when each remembered idempotency key was stored (ZSET key -> µs)
-  KEYS[10..] four keys per attached subscription, in the order the caller read them:
-             its ready list, its keyed ZSET and its key states (the two used when ordered),
-             and its selections (HASH block -> taken flags, written for a filtered
-             subscription while the topic retains)
+  KEYS[10]   the messages scheduled for later (ZSET seq -> delivery time, µs; read by seek.lua)
+  KEYS[11..] per attached subscription, in the order the caller read them: its ready list, its
+             keyed ZSET and its key states (the two used when ordered), and its selections
+             (HASH block -> taken flags, written for a filtered subscription while the topic
+             retains); when the publish schedules any message (s > 0), also its config (HASH
+             retentionUs), its delayed set and its keyed deliveries: seven keys each, else four
   ARGV[1]    time override in microseconds, or '' for Redis TIME
   ARGV[2]    the publish time (µs) the broker stamped into every body, from its reading of the
              one clock (PublishClock in src/broker/clock.ts); accepted from 10 s behind now to
@@ -34,7 +36,14 @@
   ARGV[13..] k pairs: the message's index (1 .. n) and its idempotency key. A key remembered
              within the window, or given to an earlier message of the same publish, makes its
              message a duplicate: nothing of it is stored, and its answer is the seq stored first.
-  ARGV[13 + 2k ..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+  ARGV[13 + 2k]  s, how many of the messages are scheduled for a later delivery
+  ARGV[14 + 2k ..] s pairs: the message's index (1 .. n) and its delivery time (µs, after the
+             publish time). A message whose time has not come when it is stored waits in each
+             subscription's delayed set (keyed: with its time in its keyed delivery, holding
+             back the later messages of its key) until then; a time within the publish time
+             plus the retention of every subscription that takes it (or the topic's, when
+             longer), else nothing is stored.
+  ARGV[14 + 2k + 2s ..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
              the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
@@ -48,6 +57,9 @@
              {REPLY_STAMP_REFUSED, nowUs}     the stamp is too far from now: stamp again from nowUs
                                               and retry
              {REPLY_FORWARDED_BEFORE}         that forward ID was stored already
+             {REPLY_PAST_RETENTION, i, limitUs} message i is scheduled more than limitUs after its
+                                              publish time, the retention of a subscription
+                                              that takes it
              an error "the staged bodies are not all there" (matched in src/redis/calls/publish.ts)
              On every answer but {REPLY_OK, ...} nothing was written, and a staging key is deleted.
   Invariant: every subscription attached at publish time holds each new seq it takes exactly once
@@ -64,14 +76,19 @@
              An idempotency key names one stored message while it is remembered: within the
              window, no publish stores another under it. Remembering is bounded: each call forgets
              at least as many expired keys as it adds, and both keys expire a window after the
-             last call that added one.
+             last call that added one. A scheduled message is delivered by no subscription
+             before its delivery time (judged by the clock of the pull script), and while it is
+             ahead the scheduled set names it; each call that adds to that set forgets at least
+             as many past entries as it adds, and the set expires after its latest time.
 ]]
 local state_key, bodies_prefix, refs_key, staging_key, forwarded_key, log_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 -- A forward ID's mark outlives by far any forwarder still at work on it (src/broker/dead-letters.ts).
 local FORWARD_MARK_KEPT_US = 24 * 3600 * 1000000
 local count = tonumber(ARGV[10])
 local dedup_window, keyed_messages = tonumber(ARGV[11]), tonumber(ARGV[12])
-local FIRST_BODY_ARG = 13 + 2 * keyed_messages
+local SCHEDULED_ARG = 13 + 2 * keyed_messages
+local scheduled_messages = tonumber(ARGV[SCHEDULED_ARG])
+local FIRST_BODY_ARG = SCHEDULED_ARG + 1 + 2 * scheduled_messages
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
   return redis.error_reply('publish: the staged bodies are not all there')
@@ -96,7 +113,10 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
   return refuse({REPLY_STAMP_REFUSED, now})
 end
 
-local subscriptions = (#KEYS - 9) / 4
+-- The keys of subscription s: KEYS_PER_SUBSCRIPTION from sub_key(s, 1).
+local KEYS_PER_SUBSCRIPTION = scheduled_messages > 0 and 7 or 4
+local subscriptions = (#KEYS - 10) / KEYS_PER_SUBSCRIPTION
+local function sub_key(s, i) return KEYS[10 + KEYS_PER_SUBSCRIPTION * (s - 1) + i] end
 -- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
 -- of the subscriptions.
 local topic_retention = tonumber(ARGV[9]) or 0
@@ -115,6 +135,25 @@ for s = 1, subscriptions do
 end
 if at ~= #selections + 1 then
   return refuse(redis.error_reply('publish: ARGV[8] does not give one selection per subscription'))
+end
+
+-- due[i]: the delivery time of message i, when it is scheduled for later. A subscription taking
+-- it must keep it until then: pull drops what is older than its retention (or the topic's).
+local due = {}
+for j = 1, scheduled_messages do
+  due[tonumber(ARGV[SCHEDULED_ARG + 2 * j - 1])] = tonumber(ARGV[SCHEDULED_ARG + 2 * j])
+end
+if scheduled_messages > 0 then
+  for s = 1, subscriptions do
+    local retention = tonumber(redis.call('HGET', sub_key(s, 5), 'retentionUs') or '')
+    if retention then
+      local limit = math.max(retention, topic_retention)
+      for i, time in pairs(due) do
+        local taken_by_filter = not takes[s] or string.byte(takes[s], i) == 49
+        if taken_by_filter and time - stamp > limit then return refuse({REPLY_PAST_RETENTION, i, limit}) end
+      end
+    end
+  end
 end
 
 -- Idempotency keys: duplicate[i] is the seq a remembered key names, or for a key given twice in
@@ -247,6 +286,23 @@ for i = 1, count do
   end
 end
 if #refs > 0 then redis.call('HSET', refs_key, unpack(refs)) end
+-- The scheduled messages stored, whose time has not come: seek.lua leaves them waiting.
+local waiting = {}
+for i, time in pairs(due) do
+  if time > now and holders[i] > 0 then
+    waiting[#waiting + 1] = time
+    waiting[#waiting + 1] = seqs[i]
+  end
+end
+if #waiting > 0 then
+  local scheduled_key = KEYS[10]
+  local past = redis.call('ZRANGEBYSCORE', scheduled_key, '-inf', now, 'LIMIT', 0, #waiting)
+  if #past > 0 then redis.call('ZREM', scheduled_key, unpack(past)) end
+  redis.call('ZADD', scheduled_key, unpack(waiting))
+  local latest = redis.call('ZRANGE', scheduled_key, -1, -1, 'WITHSCORES')
+  local kept_ms = math.ceil((tonumber(latest[2]) - now) / 1000) + 1000
+  if redis.call('PTTL', scheduled_key) < kept_ms then redis.call('PEXPIRE', scheduled_key, kept_ms) end
+end
 if logging then
   local block_id = string.format('%d', block)
   redis.call('HSET', state_key, 'logBlock', block_id)
@@ -274,17 +330,39 @@ local function keyed_members(taken_seqs)
 end
 
 local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
+-- Of the seqs a subscription takes, the scheduled ones whose time has not come wait in its delayed
+-- set (or, keyed, with their time in their keyed delivery); the others are returned.
+local function hold_back(s, mine, keyed)
+  if #waiting == 0 then return mine end
+  local waits, now_ready = {}, {}
+  for _, seq in ipairs(mine) do
+    local time = due[tonumber(seq) - first_seq + 1]
+    if time and time > now and keyed then
+      waits[#waits + 1] = seq
+      waits[#waits + 1] = keyed_delivery(0, 'w', ordering_key, 0, time)
+    elseif time and time > now then
+      waits[#waits + 1] = time
+      waits[#waits + 1] = seq
+    else
+      now_ready[#now_ready + 1] = seq
+    end
+  end
+  if #waits > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 6), unpack(waits)) end
+  return now_ready
+end
+
 for s = 1, subscriptions do
-  local ready_key, keyed_key, key_states_key = KEYS[4 * s + 6], KEYS[4 * s + 7], KEYS[4 * s + 8]
+  local ready_key, keyed_key, key_states_key = sub_key(s, 1), sub_key(s, 2), sub_key(s, 3)
   local mine = taken(s)
   if logging and takes[s] then
     -- Which messages of the block it took, for a seek back to them (seek.lua).
-    local selections_key, block_id = KEYS[4 * s + 9], string.format('%d', block)
+    local selections_key, block_id = sub_key(s, 4), string.format('%d', block)
     local flags = redis.call('HGET', selections_key, block_id) or string.rep('1', SEQS_PER_BLOCK)
     flags = string.sub(flags, 1, first_field) .. takes[s] .. string.sub(flags, first_field + count + 1)
     redis.call('HSET', selections_key, block_id, flags)
   end
   if #mine > 0 and ordering_key ~= '' and string.sub(ordered_flags, s, s) == '1' then
+    hold_back(s, mine, true)
     local members
     if takes[s] then
       members = keyed_members(mine)
@@ -297,7 +375,8 @@ for s = 1, subscriptions do
       redis.call('RPUSH', ready_key, 'k:' .. ordering_key)
     end
   elseif #mine > 0 then
-    redis.call('RPUSH', ready_key, unpack(mine))
+    local now_ready = hold_back(s, mine, false)
+    if #now_ready > 0 then redis.call('RPUSH', ready_key, unpack(now_ready)) end
   end
 end
 redis.call('PUBLISH', ARGV[4], '1')

@@ -15,7 +15,8 @@
   KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key" | "gen|f|key"; empty
              without ordering)
   KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
-  KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
+  KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, or a message
+             scheduled for later is due, µs)
   KEYS[9]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages (a message handed over to forward counts as one)
@@ -51,7 +52,9 @@
              order; an expired lease of a key sends that message and every later outstanding one
              of the key back, in order, before anything newer. With a retry policy, nothing is
              delivered again before its backoff ends (from its nack, or its lease's deadline),
-             and a key waits for the backoff of its oldest message. A message due for its
+             and a key waits for the backoff of its oldest message. No message scheduled for
+             later is delivered before its delivery time, and a key waits for its oldest
+             message's. A message due for its
              dead-letter topic is never delivered again while it may be forwarded; a key's
              message is handed over only as the key's oldest, and the key waits until it is
              forwarded.
@@ -123,7 +126,7 @@ local function deliver_unkeyed(entry)
 end
 
 -- Leases the key's oldest messages (it has nothing outstanding when its marker is popped), up to
--- the first one still waiting out a backoff. Their deliveries are read, and the changes written,
+-- the first one still waiting out a backoff or for its delivery time. Their deliveries are read, and the changes written,
 -- in one call each: the members are distinct messages, so nothing read here changes before it
 -- is used.
 local function deliver_key(key)
@@ -190,7 +193,8 @@ for _, member in ipairs(unfinished) do
   forward(seq, gen, attempts_of(gen) - uncounted)
 end
 
--- Work whose backoff has ended goes to the front of the ready list, the earliest first.
+-- Work whose backoff has ended, and scheduled messages whose time has come, go to the front of
+-- the ready list, the earliest first.
 local backed_off = redis.call('ZRANGEBYSCORE', keys.delayed, '-inf', now, 'LIMIT', 0, remaining)
 if #backed_off > 0 then
   redis.call('ZREM', keys.delayed, unpack(backed_off))

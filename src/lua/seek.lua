@@ -11,7 +11,8 @@
   filter took, as the selections publish wrote say, or, for messages published before it was
   created, as the broker's earlier selections say. Outstanding
   leases end: the messages still unacknowledged are available at once, in publish order (with
-  ordering, each key from its oldest message on).
+  ordering, each key from its oldest message on), but for those scheduled for a delivery time
+  still ahead, which wait for it.
   KEYS[1]    subscription config (HASH retentionUs, startSeq, ordered, retainAcked, ...)
   KEYS[2]    ready list
   KEYS[3]    leases
@@ -28,7 +29,8 @@
   KEYS[14]   earlier selections: a filtered subscription's flags of the log's messages published
              before it was created (HASH block -> 1000 flags, '1' where its filter takes the
              message), written by the broker for this seek only and deleted by it
-  KEYS[15..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
+  KEYS[15]   the topic's messages scheduled for later (ZSET seq -> delivery time, µs)
+  KEYS[16..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
              its info (HASH cut, ...); a seek to a time passes neither
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    the target publish time (µs); ignored by a seek to a snapshot
@@ -54,10 +56,10 @@ local now = now_us(ARGV[1])
 local config = redis.call('HMGET', config_key, 'retentionUs', 'startSeq', 'ordered', 'retainAcked')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 local earlier_key = KEYS[14]
-local to_snapshot = #KEYS >= 16
-local snapshot_held_key, cut = KEYS[15], nil
+local to_snapshot = #KEYS >= 17
+local snapshot_held_key, cut = KEYS[16], nil
 if to_snapshot then
-  cut = tonumber(redis.call('HGET', KEYS[16], 'cut') or '')
+  cut = tonumber(redis.call('HGET', KEYS[17], 'cut') or '')
   if not cut then
     redis.call('DEL', earlier_key)
     return {REPLY_NO_SNAPSHOT}
@@ -202,12 +204,21 @@ local function next_epoch()
   return epoch_gen
 end
 
+-- The messages whose delivery time is still ahead: seq -> that time.
+local scheduled = {}
+local ahead = redis.call('ZRANGEBYSCORE', KEYS[15], '(' .. string.format('%.0f', now), '+inf', 'WITHSCORES')
+for i = 1, #ahead, 2 do scheduled[ahead[i]] = tonumber(ahead[i + 1]) end
+
 local unacked, queued_keys = 0, {}
-local ready, keyed, deliveries, taken_again, released = {}, {}, {}, {}, {}
+local ready, waiting, keyed, deliveries, taken_again, released = {}, {}, {}, {}, {}, {}
 local function flush(force)
   if #ready >= 1000 or (force and #ready > 0) then
     redis.call('RPUSH', ready_key, unpack(ready))
     ready = {}
+  end
+  if #waiting >= 2000 or (force and #waiting > 0) then
+    redis.call('ZADD', delayed_key, unpack(waiting))
+    waiting = {}
   end
   if #keyed >= 2000 or (force and #keyed > 0) then
     redis.call('ZADD', keyed_key, unpack(keyed))
@@ -219,15 +230,17 @@ local function flush(force)
   end
 end
 
--- seq is unacknowledged after the seek; key: its ordering key on an ordered subscription.
+-- seq is unacknowledged after the seek; key: its ordering key on an ordered subscription. One
+-- scheduled for later waits for its time, as publish.lua left it.
 local function unack(seq, gen, key)
   unacked = unacked + 1
+  local due = scheduled[seq]
   if key then
     keyed[#keyed + 1] = 0
     keyed[#keyed + 1] = keyed_member(key, seq)
-    if gen > 0 then
+    if gen > 0 or due then
       deliveries[#deliveries + 1] = seq
-      deliveries[#deliveries + 1] = keyed_delivery(gen, 'w', key, uncounted[seq] or 0)
+      deliveries[#deliveries + 1] = keyed_delivery(gen, 'w', key, uncounted[seq] or 0, due)
     end
     if not queued_keys[key] then
       queued_keys[key] = true
@@ -235,7 +248,13 @@ local function unack(seq, gen, key)
       ready[#ready + 1] = 'k:' .. key
     end
   else
-    ready[#ready + 1] = gen > 0 and (seq .. ':' .. gen) or seq
+    local entry = gen > 0 and (seq .. ':' .. gen) or seq
+    if due then
+      waiting[#waiting + 1] = due
+      waiting[#waiting + 1] = entry
+    else
+      ready[#ready + 1] = entry
+    end
   end
   flush(false)
 end

@@ -139,6 +139,13 @@ export class TopicKeys {
     return `${this.base}:idempotency-times`;
   }
   /**
+   * Messages published for a later delivery time (ZSET seq -> delivery time, µs), while that time
+   * is ahead: a seek that makes one unacknowledged before its time leaves it waiting (seek.lua).
+   */
+  get scheduled(): string {
+    return `${this.base}:scheduled`;
+  }
+  /**
    * The retained log: body blocks whose every message holds one reference for retention (ZSET
    * block -> the latest publish time in it, µs).
    */
@@ -197,7 +204,10 @@ export interface SubscriptionKeys {
   config: string;
   ready: string;
   leased: string;
-  /** Work waiting out a retry backoff: ready-list entries -> when they become available (µs). */
+  /**
+   * Work waiting out a retry backoff, and messages published for a later delivery time: ready-list
+   * entries -> when they become available (µs).
+   */
   delayed: string;
   /** Messages handed over to forward to the dead-letter topic: "seq:gen" -> until when the forwarder's claim holds. */
   forwarding: string;

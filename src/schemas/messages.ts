@@ -7,8 +7,10 @@ export const pubsubMessageSchema = z.strictObject({
   data: z.string().optional(),
   attributes: z.record(z.string(), z.string(), 'attributes must map strings to strings').optional(),
   orderingKey: z.string().optional(),
-  // The broker's extension (src/broker/message-extensions.ts).
+  // The broker's extensions (src/broker/message-extensions.ts).
   idempotencyKey: z.string().optional(),
+  deliveryTime: z.string().optional(),
+  deliveryDelay: z.string().optional(),
   // Server-assigned; tolerated on input (clients re-publish received messages) and replaced.
   messageId: z.string().optional(),
   publishTime: z.string().optional(),
@@ -22,10 +24,12 @@ export const publishBodySchema = z.strictObject({
 export function decodePublishMessages(messages: z.infer<typeof pubsubMessageSchema>[]): PubsubMessage[] {
   const data = decodeMessageData(messages.map((message) => message.data));
   if (!Array.isArray(data)) throw invalidArgument(`Message ${data.invalidData}: "data" is not valid base64.`);
-  return messages.map(({ attributes, orderingKey, idempotencyKey }, i) => ({
+  return messages.map(({ attributes, orderingKey, idempotencyKey, deliveryTime, deliveryDelay }, i) => ({
     data: data[i],
     attributes,
     orderingKey,
     idempotencyKey,
+    deliveryTime,
+    deliveryDelay,
   }));
 }

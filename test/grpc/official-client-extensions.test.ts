@@ -1,5 +1,6 @@
 // The broker's message extensions from the official Node client over gRPC, which can only set
-// data, attributes and an ordering key: the attribute form of the idempotency key.
+// data, attributes and an ordering key: the attribute forms of the idempotency key and of a
+// delivery delay.
 
 import t from 'tap';
 import { waitUntil } from '../helpers/wait.ts';
@@ -45,4 +46,33 @@ t.test('publishMessage with the idempotency-key attribute stores the message onc
     topic.publishMessage({ data: Buffer.from('x'), attributes: { 'pubsub-broker/unknown': '1' } }),
   );
   t.equal(refused.code, 3, 'an unknown extension attribute is INVALID_ARGUMENT');
+});
+
+t.test('a message published with the delivery-delay attribute streams to the subscriber at its time', async (t) => {
+  const [topic] = await pubsub.createTopic(unique('scheduled-topic'));
+  const [subscription] = await topic.createSubscription(unique('scheduled-sub'));
+  t.teardown(async () => {
+    await subscription.close();
+    await subscription.delete();
+    await topic.delete();
+  });
+  const received: { message: Message; atMs: number }[] = [];
+  subscription.on('message', (message: Message) => {
+    received.push({ message, atMs: Date.now() });
+    message.ack();
+  });
+  const publishedAtMs = Date.now();
+  await topic.publishMessage({
+    data: Buffer.from('later'),
+    attributes: { kind: 'reminder', 'pubsub-broker/delivery-delay': '1.5s' },
+  });
+  await topic.publishMessage({ data: Buffer.from('now') });
+  t.ok(await waitUntil(() => received.length >= 2, 10_000), 'the open stream receives both');
+  t.strictSame(
+    received.map((r) => r.message.data.toString()),
+    ['now', 'later'],
+    'the scheduled one after the one published after it',
+  );
+  t.ok(received[1].atMs - publishedAtMs >= 1400, 'not before its time');
+  t.strictSame(received[1].message.attributes, { kind: 'reminder' }, 'without the extension attribute');
 });

@@ -350,18 +350,28 @@ const wrapperCases: WrapperCase[] = [
     what: 'publish, bodies in the call, two subscriptions',
     reply: published,
     moreKeys: 2 * 4, // four per attached subscription
-    moreArgv: 2, // the bodies
+    moreArgv: 1 + 2, // no scheduled message (ARGV[13 + 2k]: 0), the bodies
     call: (scripts) => publish(scripts, data, publishCall(false, twoSubscriptions)),
   },
   {
     what: 'publish, staged bodies, two subscriptions',
     reply: published,
     moreKeys: 2 * 4,
+    moreArgv: 1, // no scheduled message
     call: (scripts) => publish(scripts, data, publishCall(true, twoSubscriptions)),
+  },
+  {
+    what: 'publish, a message scheduled for later, two subscriptions',
+    reply: published,
+    moreKeys: 2 * 7, // seven per attached subscription when the publish schedules a message
+    moreArgv: 1 + 2 + 2, // one scheduled message, its index and time, and the bodies
+    call: (scripts) =>
+      publish(scripts, data, { ...publishCall(false, twoSubscriptions), scheduled: [{ index: 1, dueUs: 2_000_000 }] }),
   },
   {
     what: 'publish, staged bodies, no subscription',
     reply: published,
+    moreArgv: 1, // no scheduled message
     call: (scripts) => publish(scripts, data, publishCall(true, [])),
   },
   {

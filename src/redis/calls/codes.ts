@@ -16,6 +16,8 @@ export const REPLY_STAMP_REFUSED = -3;
 export const REPLY_FORWARDED_BEFORE = -4;
 /** seek: the snapshot is not recorded in that region. */
 export const REPLY_NO_SNAPSHOT = -5;
+/** publish: a message is scheduled later than a subscription that takes it retains messages. */
+export const REPLY_PAST_RETENTION = -6;
 
 /** Per delivery, from acknowledge, acknowledge-ordered and modify-ack-deadline. */
 export const DELIVERY_GONE = 0;

@@ -5,6 +5,7 @@ import {
   REPLY_ATTACHMENTS_CHANGED,
   REPLY_FORWARDED_BEFORE,
   REPLY_OK,
+  REPLY_PAST_RETENTION,
   REPLY_STAMP_REFUSED,
   REPLY_TOPIC_DELETED,
   type ScriptTime,
@@ -38,6 +39,8 @@ export interface PublishCall {
   idempotencyKeys?: readonly string[];
   /** How long an idempotency key is remembered (µs): the topic's deduplicationWindow. */
   deduplicationWindowUs?: number;
+  /** The messages to deliver later than their publish time: index (from 0) and delivery time (µs). */
+  scheduled?: readonly { index: number; dueUs: number }[];
 }
 
 /**
@@ -51,7 +54,9 @@ export interface PublishCall {
  *   'staged-bodies-missing'  the staged bodies were not all there when the script ran (ioredis
  *                            Cluster, retrying commands one by one after a failover, sent the
  *                            script before them): publishing again succeeds;
- *   'forwarded-before'       the forward ID was stored already.
+ *   'forwarded-before'       the forward ID was stored already;
+ *   'scheduled-past-retention'  message `index` (from 0) is scheduled later after its publish time
+ *                            than a subscription that takes it retains messages (retentionUs).
  */
 export type PublishResult =
   | {
@@ -65,7 +70,8 @@ export type PublishResult =
   | { kind: 'attachments-changed' }
   | { kind: 'stamp-refused'; redisTimeUs: number }
   | { kind: 'staged-bodies-missing' }
-  | { kind: 'forwarded-before' };
+  | { kind: 'forwarded-before' }
+  | { kind: 'scheduled-past-retention'; index: number; retentionUs: number };
 
 /** The error publish.lua answers when the staged bodies are not all there. */
 export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
@@ -88,12 +94,15 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     data.logStart,
     data.idempotencyKeys,
     data.idempotencyTimes,
+    data.scheduled,
   ];
+  const scheduled = call.scheduled ?? [];
   let orderedFlags = '';
   let selections = '';
   for (const { uid, ordered, takes } of call.subscriptions) {
     const sub = data.subscription(uid);
     keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections);
+    if (scheduled.length > 0) keys.push(sub.config, sub.delayed, sub.keyedDeliveries);
     orderedFlags += ordered ? '1' : '0';
     selections += takes ?? '*';
   }
@@ -114,7 +123,8 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
   call.idempotencyKeys?.forEach((key, index) => {
     if (key !== '') keyedMessages.push(String(index + 1), key);
   });
-  args.push(String(keyedMessages.length / 2), ...keyedMessages);
+  args.push(String(keyedMessages.length / 2), ...keyedMessages, String(scheduled.length));
+  for (const { index, dueUs } of scheduled) args.push(String(index + 1), String(dueUs));
   let reply: number[];
   try {
     reply = (await (call.staged
@@ -135,6 +145,8 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
       return { kind: 'stamp-refused', redisTimeUs: reply[1] };
     case REPLY_FORWARDED_BEFORE:
       return { kind: 'forwarded-before' };
+    case REPLY_PAST_RETENTION:
+      return { kind: 'scheduled-past-retention', index: reply[1] - 1, retentionUs: reply[2] };
     case REPLY_OK: {
       const duplicates = new Map<number, number>();
       for (let at = 3; at < reply.length; at += 2) duplicates.set(reply[at] - 1, Number(reply[at + 1]));

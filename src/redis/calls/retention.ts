@@ -53,6 +53,7 @@ export async function seek(
       data.log,
       data.logStart,
       call.earlierSelections,
+      data.scheduled,
       ...(snapshot ? [snapshot.held, snapshot.info] : []),
     ],
     [
