@@ -10,7 +10,8 @@
   KEYS[7]    the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
   KEYS[8]    the remembered idempotency keys (HASH key -> the seq stored under it)
   KEYS[9]    when each remembered idempotency key was stored (ZSET key -> µs)
-  KEYS[10]   the messages scheduled for later (ZSET seq -> delivery time, µs; read by seek.lua)
+  KEYS[10]   the messages scheduled for later, while the topic retains (ZSET seq -> delivery
+             time, µs; read by seek.lua)
   KEYS[11..] per attached subscription, in the order the caller read them: its ready list, its
              keyed ZSET and its key states (the two used when ordered), and its selections
              (HASH block -> taken flags, written for a filtered subscription while the topic
@@ -78,7 +79,7 @@
              at least as many expired keys as it adds, and both keys expire a window after the
              last call that added one. A scheduled message is delivered by no subscription
              before its delivery time (judged by the clock of the pull script), and while it is
-             ahead the scheduled set names it; each call that adds to that set forgets at least
+             ahead and the topic retains, the scheduled set names it; each call that adds to that set forgets at least
              as many past entries as it adds, and the set expires after its latest time.
 ]]
 local state_key, bodies_prefix, refs_key, staging_key, forwarded_key, log_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -286,12 +287,18 @@ for i = 1, count do
   end
 end
 if #refs > 0 then redis.call('HSET', refs_key, unpack(refs)) end
--- The scheduled messages stored, whose time has not come: seek.lua leaves them waiting.
-local waiting = {}
+-- waits[i]: message i is stored and its time has not come. While the topic retains, the scheduled
+-- set names it too: a seek may then bring it back to a subscription that never held it (one
+-- created later, or to a snapshot), and leaves it waiting (seek.lua). Otherwise a seek only
+-- rearranges what a subscription holds, whose own delayed set or keyed delivery has the time.
+local waits, waiting = false, {}
 for i, time in pairs(due) do
   if time > now and holders[i] > 0 then
-    waiting[#waiting + 1] = time
-    waiting[#waiting + 1] = seqs[i]
+    waits = true
+    if logging then
+      waiting[#waiting + 1] = time
+      waiting[#waiting + 1] = seqs[i]
+    end
   end
 end
 if #waiting > 0 then
@@ -333,21 +340,21 @@ local members_of_all -- the keyed members of every message, shared by the ordere
 -- Of the seqs a subscription takes, the scheduled ones whose time has not come wait in its delayed
 -- set (or, keyed, with their time in their keyed delivery); the others are returned.
 local function hold_back(s, mine, keyed)
-  if #waiting == 0 then return mine end
-  local waits, now_ready = {}, {}
+  if not waits then return mine end
+  local held, now_ready = {}, {}
   for _, seq in ipairs(mine) do
-    local time = due[tonumber(seq) - first_seq + 1]
+    local time = due[seq - first_seq + 1]
     if time and time > now and keyed then
-      waits[#waits + 1] = seq
-      waits[#waits + 1] = keyed_delivery(0, 'w', ordering_key, 0, time)
+      held[#held + 1] = seq
+      held[#held + 1] = keyed_delivery(0, 'w', ordering_key, 0, time)
     elseif time and time > now then
-      waits[#waits + 1] = time
-      waits[#waits + 1] = seq
+      held[#held + 1] = time
+      held[#held + 1] = seq
     else
       now_ready[#now_ready + 1] = seq
     end
   end
-  if #waits > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 6), unpack(waits)) end
+  if #held > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 6), unpack(held)) end
   return now_ready
 end
 

@@ -188,10 +188,41 @@ t.test('a seek leaves a message whose time is ahead waiting', async (t) => {
   }
   // The topic's scheduled set names both until a later scheduled publish forgets them.
   const { data } = await topicData(broker, 'orders');
-  t.equal(await broker.redis.zcard(data.scheduled), 2);
+  t.equal(await broker.redis.zcard(data.scheduled), 2, 'the retaining topic keeps a scheduled set');
   await publish(broker, [{ data: b64('next'), deliveryDelay: '10s' }]);
   t.equal(await broker.redis.zcard(data.scheduled), 1, 'a scheduled publish forgets the past ones');
   t.ok((await broker.redis.pttl(data.scheduled)) > 0, 'the set expires after its latest time');
+});
+
+t.test('a seek on a topic that retains nothing leaves what waits waiting', async (t) => {
+  const clock = new ManualClock();
+  const broker = await startBroker(t, { name: 'scheduled-seek-held', clock });
+  await broker.api('PUT', `${P}/topics/orders`, {});
+  await broker.api('PUT', `${P}/subscriptions/plain`, { topic: TOPIC });
+  await broker.api('PUT', `${P}/subscriptions/ordered`, { topic: TOPIC, enableMessageOrdering: true });
+  const startUs = Number(clock.scriptTime());
+  await publish(broker, [{ data: b64('later'), deliveryDelay: '100s' }]);
+  await publish(broker, [
+    { data: b64('k1'), orderingKey: 'k', deliveryDelay: '50s' },
+    { data: b64('k2'), orderingKey: 'k' },
+  ]);
+  t.same(await receive(broker, 'plain', false), ['k2'], 'k2 is leased, not acked');
+  clock.advanceSeconds(10);
+  for (const subscription of ['plain', 'ordered']) {
+    const seek = await broker.api('POST', `${P}/subscriptions/${subscription}:seek`, {
+      time: formatTimestampUs(startUs - 1_000_000),
+    });
+    t.equal(seek.status, 200);
+  }
+  t.same(await receive(broker, 'plain'), ['k2'], 'the seek ended the lease; the rest waits');
+  t.same(await receive(broker, 'ordered'), [], 'key k waits for k1');
+  const { data } = await topicData(broker, 'orders');
+  t.equal(await broker.redis.exists(data.scheduled), 0, 'a topic that retains nothing keeps no scheduled set');
+  clock.advanceSeconds(40);
+  t.same(await receive(broker, 'plain'), ['k1']);
+  t.same(await receive(broker, 'ordered'), ['k1', 'k2']);
+  clock.advanceSeconds(50);
+  for (const subscription of ['plain', 'ordered']) t.same(await receive(broker, subscription), ['later']);
 });
 
 t.test('bad delivery times are refused and store nothing', async (t) => {
