@@ -124,11 +124,12 @@ local ahead = redis.call('ZRANGEBYSCORE', KEYS[15], after_now, '+inf', 'WITHSCOR
 for i = 1, #ahead, 2 do scheduled[ahead[i]] = tonumber(ahead[i + 1]) end
 local waiting_now = redis.call('ZRANGEBYSCORE', delayed_key, after_now, '+inf', 'WITHSCORES')
 for i = 1, #waiting_now, 2 do
-  local entry = waiting_now[i]
-  if string.sub(entry, 1, 2) ~= 'k:' then
+  local time = tonumber(waiting_now[i + 1])
+  each_entry(waiting_now[i], function(entry)
+    if string.sub(entry, 1, 2) == 'k:' then return end
     local seq, gen = split_entry(entry)
-    if attempts_of(gen) == 0 then scheduled[seq] = tonumber(waiting_now[i + 1]) end
-  end
+    if attempts_of(gen) == 0 then scheduled[seq] = time end
+  end)
 end
 if ordered then
   for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do
@@ -149,6 +150,7 @@ if ordered then
   end
 end
 redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key)
+redis.call('HDEL', config_key, 'inRuns')
 
 -- The blocks to look at: those of the messages held, and the log's that hold messages published
 -- at or after the target (a block's score is its latest publish time).
