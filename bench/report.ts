@@ -89,6 +89,8 @@ export const KEYS = {
   publishScheduled: 'publish (with a delivery time)',
   pullNow: 'pull+ack (published for now)',
   pullFallenDue: 'pull+ack (all falling due at one moment)',
+  ackThenPublish: 'pull, ack, publish a follow-up each (two calls)',
+  ackAndPublish: 'pull, acknowledgeAndPublish (one call)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -201,6 +203,10 @@ export function computeRatios(results: BenchResults): void {
     'publish with a delivery time / without': ratio(
       rate(results, KEYS.publishScheduled),
       rate(results, KEYS.publishNow),
+    ),
+    'acknowledgeAndPublish / ack + publish': ratio(
+      rate(results, KEYS.ackAndPublish),
+      rate(results, KEYS.ackThenPublish),
     ),
     'pull+ack fallen due at once / published for now': ratio(
       rate(results, KEYS.pullFallenDue),
@@ -451,6 +457,7 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
     [KEYS.pullRetained]: fmtRatio(results.ratios['pull+ack retaining acked messages / not'], 'not retained'),
     [KEYS.publishScheduled]: fmtRatio(results.ratios['publish with a delivery time / without'], 'at once'),
+    [KEYS.ackAndPublish]: fmtRatio(results.ratios['acknowledgeAndPublish / ack + publish'], 'two calls'),
     [KEYS.pullFallenDue]: fmtRatio(
       results.ratios['pull+ack fallen due at once / published for now'],
       'published for now',

@@ -15,6 +15,8 @@ import {
   publishWorkload,
   pullAckWorkload,
   subscriptionPath,
+  topicPath,
+  type PulledMessage,
   type ThroughputResult,
 } from './broker-workloads.ts';
 import { messageOrigin } from '../src/broker/message-ids.ts';
@@ -55,6 +57,8 @@ import {
 const KEY_PREFIX = 'bench';
 /** How far ahead the scheduled workload sets its delivery time: past the end of its publish. */
 const SCHEDULED_LEAD_MS = 20_000;
+/** Messages per pull in the outbox workload, each batch settled with its follow-ups. */
+const OUTBOX_BATCH = 100;
 /** The regions of the regions workload; pulls and acks all go through the first one's endpoint. */
 const REGION_NAMES = ['region-a', 'region-b'];
 const config = loadBenchConfig();
@@ -859,6 +863,75 @@ async function main(): Promise<void> {
       await deleteTopic(client, later, [later]);
     };
 
+    /**
+     * The outbox step: drains of two backlogs in which every message gets a follow-up on a third
+     * topic, one acknowledging and then publishing the follow-ups in two calls, the other with
+     * one :acknowledgeAndPublish (which holds the leases, publishes, then acknowledges).
+     */
+    const outboxWorkload = async () => {
+      const followUps = 'bench-outbox-follow-ups';
+      const followUpTopic = `projects/${PROJECT}/topics/${followUps}`;
+      await createTopic(client, followUps, [{ id: followUps }]);
+      const drains = [
+        { key: KEYS.ackThenPublish, topicId: 'bench-outbox-two-calls' },
+        { key: KEYS.ackAndPublish, topicId: 'bench-outbox-one-call' },
+      ];
+      for (const { key, topicId } of drains) {
+        await createTopic(client, topicId, [{ id: topicId }]);
+        await publishMessages(`${key} (backlog)`, topicId);
+      }
+      const followUpsOf = (batch: PulledMessage[]) =>
+        batch.map((m) => ({ data: Buffer.from(`done ${m.message.messageId}`).toString('base64') }));
+      const send = async (
+        kind: string,
+        path: string,
+        body: unknown,
+        latency: (kind: string, started: number) => void,
+      ) => {
+        const started = performance.now();
+        const response = await client.request('POST', path, JSON.stringify(body));
+        latency(kind, started);
+        if (response.status !== 200)
+          throw new Error(`${kind} -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+      };
+      for (const { key, topicId } of drains) {
+        const oneCall = key === KEYS.ackAndPublish;
+        record(
+          key,
+          await measure(key, () =>
+            pullAckWorkload({
+              workload: key,
+              client,
+              subscriptionId: topicId,
+              messages,
+              maxMessages: OUTBOX_BATCH,
+              concurrency: c,
+              timeoutMs: config.timeoutMs,
+              settle: async (batch, latency) => {
+                const ackIds = batch.map((m) => m.ackId);
+                if (oneCall) {
+                  await send(
+                    'acknowledgeAndPublish',
+                    `${subscriptionPath(topicId)}:acknowledgeAndPublish`,
+                    {
+                      ackIds,
+                      publish: [{ topic: followUpTopic, messages: followUpsOf(batch) }],
+                    },
+                    latency,
+                  );
+                } else {
+                  await send('ack', `${subscriptionPath(topicId)}:acknowledge`, { ackIds }, latency);
+                  await send('publish', `${topicPath(followUps)}:publish`, { messages: followUpsOf(batch) }, latency);
+                }
+              },
+            }),
+          ),
+        );
+      }
+      for (const { topicId } of drains) await deleteTopic(client, topicId, [topicId]);
+      await deleteTopic(client, followUps, [followUps]);
+    };
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -936,6 +1009,7 @@ async function main(): Promise<void> {
     }
     if (runs('policies')) await policiesWorkload();
     if (runs('scheduled')) await scheduledWorkload();
+    if (runs('outbox')) await outboxWorkload();
     if (runs('replay')) await replayWorkload();
     if (runs('push')) {
       record(
