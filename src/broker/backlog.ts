@@ -40,7 +40,7 @@ const STATE_OF: Record<StoredState, BacklogState> = {
 
 /** The streams (read-backlog.lua) that hold messages in each state: k holds every keyed one. */
 const STREAMS_OF: Record<BacklogState, BacklogStream[]> = {
-  AVAILABLE: ['r', 'd', 'k'],
+  AVAILABLE: ['r', 'k'],
   LEASED: ['l', 'k'],
   SCHEDULED: ['d', 'k'],
   BACKOFF: ['d', 'k'],
@@ -107,10 +107,10 @@ export class BacklogService {
 
   /**
    * One page of a subscription's unacknowledged messages, region by region (in name order), and
-   * in each by stream and position (read-backlog.lua). A page examines at most `pageSize` stored
-   * entries, so its cost does not grow with the backlog; conditions on bodies (attributes,
-   * ordering key, publish time) are checked after, so a page may hold fewer messages than
-   * `pageSize` and still have a next page.
+   * in each by stream and position (read-backlog.lua). A page reads at most `pageSize` stored
+   * entries (and about as many again to find where the last one ended), so its cost does not grow
+   * with the backlog; conditions on bodies (attributes, ordering key, publish time) are checked
+   * after, so a page may hold fewer messages than `pageSize` and still have a next page.
    */
   async list(_caller: CallContext, name: ResourceName, request: ListBacklogRequest): Promise<BacklogPage> {
     const record = await this.subscriptions.readForDelivery(name);
@@ -143,7 +143,6 @@ export class BacklogService {
       }
       const data = region.ctx.keys.topicData(record.topicUid);
       const read = await readBacklog(region.ctx.scripts, data.subscription(record.uid), {
-        time: region.ctx.clock.scriptTime(),
         streams,
         after: cursor?.region === region.name ? cursor.position : undefined,
         budget,

@@ -13,23 +13,26 @@
   KEYS[5]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
   KEYS[6]    keyed ZSET (un-acked keyed messages, by key then seq)
   KEYS[7]    keyed deliveries (HASH seq -> "<gen>|<o|w|f>|<key>", gen maybe with /uncounted/due)
-  ARGV[1]    time override in microseconds, or ''
-  ARGV[2]    the streams to read, in this order, as letters (e.g. "rldfk")
-  ARGV[3]    the stream to start in (one of ARGV[2]; '' for the first)
-  ARGV[4]    the position in it to go on after: '' for its start; r: the entry last read; l,
+  ARGV[1]    the streams to read, in this order, as letters (e.g. "rldfk")
+  ARGV[2]    the stream to start in (one of ARGV[1]; '' for the first)
+  ARGV[3]    the position in it to go on after: '' for its start; r: the entry last read; l,
              d, f: the score last read; k: the member last read
-  ARGV[5]    r: how far from the back the entry last read was at least (its index from the
+  ARGV[4]    r: how far from the back the entry last read was at least (its index from the
              back only grows while it stays: entries leave the front only); l, d, f: the
              member last read; else ''
-  ARGV[6]    budget: how many entries at most to examine
-  ARGV[7]    an ordering key: k reads only that key's messages; '' for all
-  Returns    {REPLY_OK, now, examined, nextStream, nextA, nextB, (stream, a, b, seq, state,
+  ARGV[5]    budget: how many entries at most to examine
+  ARGV[6]    an ordering key: k reads only that key's messages; '' for all
+  Returns    {REPLY_OK, examined, nextStream, nextA, nextB, (stream, a, b, seq, state,
              attempts, timeUs) ...}: the messages examined, each with its position (stream, a,
-             b: what ARGV[3..5] take to go on after it), seq, state (a available, l leased,
+             b: what ARGV[2..4] take to go on after it), seq, state (a available, l leased,
              s scheduled, b in backoff, f being forwarded), delivery attempts so far, and the
              time that fits its state ('' for none); nextStream '' when every stream is read,
-             else where to go on (nextA, nextB as ARGV[4], ARGV[5]). examined counts the
+             else where to go on (nextA, nextB as ARGV[3], ARGV[4]). examined counts the
              entries Redis handed the script (what bounds the page's cost).
+             A state is where the message is stored: one whose delivery time or backoff end
+             has passed stays scheduled or in backoff (with that time) until a pull takes it,
+             and a lease past its deadline stays leased until a pull ends it; so a message
+             changes stream only when its state changes.
              {REPLY_NO_SUBSCRIPTION}  the subscription is not attached here
   Invariant: writes nothing. A message that stays in its stream and keeps its place (a lease its
              deadline, a delayed entry its time) is returned once over the pages from the start
@@ -41,11 +44,10 @@ local forwarding_key, keyed_key, deliveries_key = KEYS[5], KEYS[6], KEYS[7]
 local ordered = redis.call('HGET', config_key, 'ordered')
 if not ordered then return {REPLY_NO_SUBSCRIPTION} end
 ordered = ordered == '1'
-local now = now_us(ARGV[1])
-local streams, stream, after_a, after_b = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local budget, only_key = tonumber(ARGV[6]), ARGV[7]
+local streams, stream, after_a, after_b = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local budget, only_key = tonumber(ARGV[5]), ARGV[6]
 local examined = 0
-local out = {REPLY_OK, string.format('%.0f', now), 0, '', '', ''}
+local out = {REPLY_OK, 0, '', '', ''}
 
 local function item(a, b, seq, state, attempts, time)
   local n = #out
@@ -65,6 +67,8 @@ end
 
 -- r: walks from the back of the list to its front. Returns where to go on, or nil at the front.
 local function read_ready()
+  -- What finding the entry last read costs does not count against the entries read after it.
+  local room = budget - examined
   local len = redis.call('LLEN', ready_key)
   local from = len - 1 -- the index of the next entry to examine
   if after_a ~= '' then
@@ -95,8 +99,6 @@ local function read_ready()
     end
   end
   if from < 0 then return nil end
-  local room = budget - examined
-  if room <= 0 then return {after_a, string.format('%d', len - 2 - from)} end
   local low = math.max(0, from - room + 1)
   local entries = redis.call('LRANGE', ready_key, low, from)
   examined = examined + #entries
@@ -133,9 +135,9 @@ end
 
 -- l, d, f: by score, then member.
 local function read_zset(key)
-  if budget - examined <= 0 then return {after_a, after_b} end
+  -- What finding the member last read costs does not count against the members read after it.
+  local room = budget - examined
   local first = zset_index_after(key, after_a, after_b)
-  local room = math.max(1, budget - examined)
   local entries = redis.call('ZRANGE', key, first, first + room - 1, 'WITHSCORES')
   local count = #entries / 2
   examined = examined + count
@@ -169,8 +171,6 @@ local function read_zset(key)
         item(score, entry, seq, 'l', attempts, time)
       elseif key == forwarding_key then
         item(score, entry, seq, 'f', attempts, nil)
-      elseif time <= now then
-        item(score, entry, seq, 'a', attempts, nil) -- due: the next pull moves it to the ready list
       else
         item(score, entry, seq, attempts == 0 and 's' or 'b', attempts, time)
       end
@@ -183,7 +183,6 @@ end
 -- k: by key, then seq.
 local function read_keyed()
   local room = budget - examined
-  if room <= 0 then return {after_a, after_b} end
   local min, max = '-', '+'
   if only_key ~= '' then min, max = key_range(only_key) end
   if after_a ~= '' then min = '(' .. after_a end
@@ -204,7 +203,7 @@ local function read_keyed()
         item(member, '', seq, 'l', attempts, tonumber(redis.call('ZSCORE', leased_key, seq .. ':' .. gen)))
       elseif state == 'f' then
         item(member, '', seq, 'f', attempts, nil)
-      elseif due and due > now then
+      elseif due then
         item(member, '', seq, attempts == 0 and 's' or 'b', attempts, due)
       else
         item(member, '', seq, 'a', attempts, nil)
@@ -228,15 +227,15 @@ while at and at <= #streams do
   stream = string.sub(streams, at, at)
   local next_position = readers[stream]()
   if next_position then
-    out[4], out[5], out[6] = stream, next_position[1], next_position[2]
+    out[3], out[4], out[5] = stream, next_position[1], next_position[2]
     break
   end
   at = at + 1
   after_a, after_b = '', ''
   if examined >= budget and at <= #streams then
-    out[4] = string.sub(streams, at, at)
+    out[3] = string.sub(streams, at, at)
     break
   end
 end
-out[3] = examined
+out[2] = examined
 return out

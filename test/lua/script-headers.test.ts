@@ -494,10 +494,9 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     what: 'read-backlog',
-    reply: [codes.REPLY_OK, '1000', 1, '', '', '', 'r', '1000', '0', '1000', 'a', 0, ''],
+    reply: [codes.REPLY_OK, 1, '', '', '', 'r', '1000', '0', '1000', 'a', 0, ''],
     call: (scripts) =>
       readBacklog(scripts, sub, {
-        time,
         streams: ['r', 'k'],
         after: { stream: 'r', a: '1001', b: '0' },
         budget: 10,

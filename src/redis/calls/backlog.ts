@@ -1,6 +1,6 @@
 import type { SubscriptionKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
-import { REPLY_NO_SUBSCRIPTION, REPLY_OK, type ScriptTime, unexpectedReply } from './codes.ts';
+import { REPLY_NO_SUBSCRIPTION, REPLY_OK, unexpectedReply } from './codes.ts';
 
 // The read-only scripts of the backlog views (src/broker/backlog.ts).
 
@@ -33,7 +33,6 @@ export interface BacklogEntry {
 }
 
 export interface ReadBacklogCall {
-  time: ScriptTime;
   /** The streams to read, in BACKLOG_STREAMS order. */
   streams: BacklogStream[];
   /** Where to go on from; undefined for the start of the first stream. */
@@ -48,8 +47,6 @@ export type ReadBacklogResult =
   | { kind: 'no-subscription' }
   | {
       kind: 'read';
-      /** The script's time (µs): what the states were judged by. */
-      nowUs: number;
       /** Entries Redis handed the script: the page's cost. */
       examined: number;
       entries: BacklogEntry[];
@@ -68,7 +65,6 @@ export async function readBacklog(
     'read-backlog',
     [sub.config, sub.ready, sub.leased, sub.delayed, sub.forwarding, sub.keyed, sub.keyedDeliveries],
     [
-      call.time,
       call.streams.join(''),
       call.after?.stream ?? '',
       call.after?.a ?? '',
@@ -78,10 +74,10 @@ export async function readBacklog(
     ],
   )) as [number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION && reply.length === 1) return { kind: 'no-subscription' };
-  if (reply[0] !== REPLY_OK || (reply.length - 6) % ITEM_FIELDS !== 0) throw unexpectedReply('read-backlog', reply);
-  const [, now, examined, nextStream, nextA, nextB] = reply;
+  if (reply[0] !== REPLY_OK || (reply.length - 5) % ITEM_FIELDS !== 0) throw unexpectedReply('read-backlog', reply);
+  const [, examined, nextStream, nextA, nextB] = reply;
   const entries: BacklogEntry[] = [];
-  for (let i = 6; i < reply.length; i += ITEM_FIELDS) {
+  for (let i = 5; i < reply.length; i += ITEM_FIELDS) {
     const time = String(reply[i + 6]);
     entries.push({
       position: { stream: reply[i] as BacklogStream, a: String(reply[i + 1]), b: String(reply[i + 2]) },
@@ -93,7 +89,7 @@ export async function readBacklog(
   }
   const next =
     nextStream === '' ? undefined : { stream: nextStream as BacklogStream, a: String(nextA), b: String(nextB) };
-  return { kind: 'read', nowUs: Number(now), examined: Number(examined), entries, next };
+  return { kind: 'read', examined: Number(examined), entries, next };
 }
 
 export type CountBacklogResult =
