@@ -85,6 +85,10 @@ export const KEYS = {
   clientReceiveGrpcOpen: 'receive, official client (gRPC, window = backlog)',
   clientReceiveWs: 'receive, src/client (WebSocket)',
   clientPullRaw: 'pull+ack, bench HTTP client (REST)',
+  publishNow: 'publish (delivered at once)',
+  publishScheduled: 'publish (with a delivery time)',
+  pullNow: 'pull+ack (published for now)',
+  pullFallenDue: 'pull+ack (all falling due at one moment)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -170,6 +174,8 @@ const BARS = {
   policiesShare: 0.9,
   retainedShare: 0.85,
   push: 10_000,
+  scheduledPublishShare: 0.8,
+  fallenDueShare: 0.5,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -192,6 +198,14 @@ export function computeRatios(results: BenchResults): void {
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
     'pull+ack with policies / without': ratio(rate(results, KEYS.pullPolicies), rate(results, KEYS.pullNoPolicies)),
+    'publish with a delivery time / without': ratio(
+      rate(results, KEYS.publishScheduled),
+      rate(results, KEYS.publishNow),
+    ),
+    'pull+ack fallen due at once / published for now': ratio(
+      rate(results, KEYS.pullFallenDue),
+      rate(results, KEYS.pullNow),
+    ),
     'pull+ack retaining acked messages / not': ratio(
       rate(results, KEYS.pullRetained),
       rate(results, KEYS.pullNotRetained),
@@ -332,6 +346,22 @@ export function computeBars(results: BenchResults): void {
     [KEYS.publishFiltered, KEYS.publishFanout],
   );
   atLeast(
+    'publish with a delivery time vs without',
+    results.ratios['publish with a delivery time / without'],
+    BARS.scheduledPublishShare,
+    times,
+    '>= 0.80x',
+    [KEYS.publishScheduled, KEYS.publishNow],
+  );
+  atLeast(
+    'pull+ack of messages falling due at one moment vs published for now',
+    results.ratios['pull+ack fallen due at once / published for now'],
+    BARS.fallenDueShare,
+    times,
+    '>= 0.50x',
+    [KEYS.pullFallenDue, KEYS.pullNow],
+  );
+  atLeast(
     'pull+ack, dead-letter + retry policy vs none',
     results.ratios['pull+ack with policies / without'],
     BARS.policiesShare,
@@ -420,6 +450,11 @@ export function renderReport(results: BenchResults): string {
     [KEYS.publishFiltered]: fmtRatio(results.ratios['filtered fan-out publish / fan-out publish'], 'unfiltered'),
     [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
     [KEYS.pullRetained]: fmtRatio(results.ratios['pull+ack retaining acked messages / not'], 'not retained'),
+    [KEYS.publishScheduled]: fmtRatio(results.ratios['publish with a delivery time / without'], 'at once'),
+    [KEYS.pullFallenDue]: fmtRatio(
+      results.ratios['pull+ack fallen due at once / published for now'],
+      'published for now',
+    ),
   };
   for (const [key, w] of Object.entries(results.workloads)) {
     const kinds = Object.entries(w.latency) as [string, LatencySummary][];
@@ -455,6 +490,7 @@ export function renderReport(results: BenchResults): string {
     KEYS.pullNoPolicies,
     KEYS.pullPolicies,
     KEYS.push,
+    KEYS.pullFallenDue,
     KEYS.clientReceiveGrpc,
     KEYS.clientReceiveGrpcOpen,
     KEYS.clientReceiveWs,

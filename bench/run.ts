@@ -14,6 +14,7 @@ import {
   PROJECT,
   publishWorkload,
   pullAckWorkload,
+  subscriptionPath,
   type ThroughputResult,
 } from './broker-workloads.ts';
 import { messageOrigin } from '../src/broker/message-ids.ts';
@@ -23,6 +24,7 @@ import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from 
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
+import { sleep } from './stats.ts';
 import { OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
   cleanup,
@@ -51,6 +53,8 @@ import {
 } from './report.ts';
 
 const KEY_PREFIX = 'bench';
+/** How far ahead the scheduled workload sets its delivery time: past the end of its publish. */
+const SCHEDULED_LEAD_MS = 20_000;
 /** The regions of the regions workload; pulls and acks all go through the first one's endpoint. */
 const REGION_NAMES = ['region-a', 'region-b'];
 const config = loadBenchConfig();
@@ -802,6 +806,59 @@ async function main(): Promise<void> {
       });
     };
 
+    /**
+     * Scheduled delivery: a publish whose every message carries a delivery time against one
+     * without, back to back on two topics; then pull+ack of the messages published for now
+     * against the same number that all fall due at one moment (their time is set past the end
+     * of their publish, and the drain starts once it has come).
+     */
+    const scheduledWorkload = async () => {
+      const now = 'bench-scheduled-now';
+      const later = 'bench-scheduled-later';
+      await createTopic(client, now, [{ id: now }]);
+      await createTopic(client, later, [{ id: later }]);
+      record(KEYS.publishNow, await measure(KEYS.publishNow, () => publishMessages(KEYS.publishNow, now)));
+      // Far enough ahead for the publish to end before it on a slow machine, near enough not
+      // to keep the run waiting long.
+      const dueAtMs = Date.now() + SCHEDULED_LEAD_MS;
+      const dueAt = new Date(dueAtMs).toISOString();
+      const scheduledBodies = publishBodies(64, config.publishBatch, config.dataBytes, () => ({
+        'pubsub-broker/delivery-time': dueAt,
+      }));
+      record(
+        KEYS.publishScheduled,
+        await measure(KEYS.publishScheduled, () =>
+          publishMessages(KEYS.publishScheduled, later, messages, { bodies: scheduledBodies }),
+        ),
+      );
+      const drain = (workload: string, subscriptionId: string) =>
+        pullAckWorkload({
+          workload,
+          client,
+          subscriptionId,
+          messages,
+          maxMessages: config.pullMax,
+          concurrency: c,
+          timeoutMs: config.timeoutMs,
+        });
+      record(KEYS.pullNow, await measure(KEYS.pullNow, () => drain(KEYS.pullNow, now)));
+      const early = (await client.json('POST', `${subscriptionPath(later)}:pull`, {
+        maxMessages: 10,
+        returnImmediately: true,
+      })) as { receivedMessages?: unknown[] };
+      const publishEndedBeforeDue = Date.now() < dueAtMs;
+      if (early.receivedMessages?.length && publishEndedBeforeDue) {
+        throw new Error(`${KEYS.pullFallenDue}: a message was delivered before its delivery time`);
+      }
+      log(`waiting ${((dueAtMs - Date.now()) / 1000).toFixed(1)} s for the delivery time...`);
+      await sleep(Math.max(0, dueAtMs - Date.now()) + 100);
+      const fallenDue = await measure(KEYS.pullFallenDue, () => drain(KEYS.pullFallenDue, later));
+      fallenDue.notes = { ...fallenDue.notes, publishEndedBeforeDue: String(publishEndedBeforeDue) };
+      record(KEYS.pullFallenDue, fallenDue);
+      await deleteTopic(client, now, [now]);
+      await deleteTopic(client, later, [later]);
+    };
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -878,6 +935,7 @@ async function main(): Promise<void> {
       }
     }
     if (runs('policies')) await policiesWorkload();
+    if (runs('scheduled')) await scheduledWorkload();
     if (runs('replay')) await replayWorkload();
     if (runs('push')) {
       record(

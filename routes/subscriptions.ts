@@ -1,10 +1,12 @@
 import type { FastifyInstance } from 'fastify';
-import { checkProject, resourceName } from '../src/broker/names.ts';
+import { checkProject, parseResourceName, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { backlogPageJson, parseListBacklogQuery } from '../src/schemas/backlog.ts';
 import { receivedMessagesJson } from '../src/schemas/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
+import { decodePublishMessages } from '../src/schemas/messages.ts';
 import {
+  acknowledgeAndPublishBodySchema,
   acknowledgeBodySchema,
   detachBodySchema,
   modifyAckDeadlineBodySchema,
@@ -16,6 +18,7 @@ import {
 } from '../src/schemas/subscriptions.ts';
 import { parseUpdateMask } from '../src/schemas/update-mask.ts';
 import { httpCaller } from './caller.ts';
+import { PUBLISH_BODY_LIMIT } from './limits.ts';
 import { SUBSCRIPTION_PATH, type RouteOptions } from './options.ts';
 
 interface SubscriptionParams {
@@ -85,6 +88,19 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     await broker.delivery.acknowledge(caller(), name, body);
     return {};
   });
+  app.post<{ Params: SubscriptionParams }>(
+    `${SUBSCRIPTION_PATH}::acknowledgeAndPublish`,
+    { bodyLimit: PUBLISH_BODY_LIMIT },
+    (request) => {
+      const name = subscriptionName(request.params);
+      const body = parseBody(acknowledgeAndPublishBodySchema, request.body, 'acknowledgeAndPublish request');
+      const publish = (body.publish ?? []).map(({ topic, messages }) => ({
+        topic: parseResourceName('topics', topic),
+        messages: decodePublishMessages(messages),
+      }));
+      return broker.delivery.acknowledgeAndPublish(caller(), name, { ackIds: body.ackIds, publish });
+    },
+  );
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyAckDeadline`, async (request) => {
     const name = subscriptionName(request.params);
     const body = parseBody(modifyAckDeadlineBodySchema, request.body, 'modifyAckDeadline request');

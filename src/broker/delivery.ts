@@ -1,4 +1,5 @@
 import { ApiError, failedPrecondition } from '../errors.ts';
+import { AckAndPublish, type AckAndPublishRequest } from './ack-and-publish.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
@@ -60,6 +61,7 @@ export class DeliveryService {
   private readonly publisher: Publisher;
   private readonly puller: Puller;
   private readonly settlement: Settlement;
+  private readonly ackAndPublish: AckAndPublish;
   private readonly settledListeners: ((settled: Settled) => void)[] = [];
 
   constructor(
@@ -72,6 +74,13 @@ export class DeliveryService {
     this.settlement = new Settlement(regions, options.ackIds);
     const deadLetters = new DeadLetters(regions, topics, this.publisher);
     this.puller = new Puller(regions, this.settlement, deadLetters, options.ackIds, options.pullWaitMs, topics);
+    this.ackAndPublish = new AckAndPublish(
+      this.settlement,
+      this.publisher,
+      topics,
+      (record, outcome, deadlineSeconds) =>
+        this.announce({ record, outcome, ...(deadlineSeconds === undefined ? {} : { deadlineSeconds }) }),
+    );
   }
 
   /** Stops long polls from waiting (graceful shutdown). */
@@ -103,6 +112,20 @@ export class DeliveryService {
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     return this.unlessDetached(name, this.acknowledgeDeliveries(record, request.ackIds));
+  }
+
+  /**
+   * Acknowledges ack IDs of the subscription and publishes messages, in one step: both take
+   * effect, or (an ack ID that is not current) nothing is published (ack-and-publish.ts).
+   */
+  async acknowledgeAndPublish(
+    _caller: CallContext,
+    name: ResourceName,
+    request: AckAndPublishRequest,
+  ): Promise<{ messageIds: string[][] }> {
+    const record = await this.subscriptions.readForDelivery(name);
+    await this.checkSubscribeRegion(record);
+    return this.unlessDetached(name, this.ackAndPublish.run(record, request));
   }
 
   async modifyAckDeadline(caller: CallContext, name: ResourceName, request: ModifyAckDeadlineRequest): Promise<void> {

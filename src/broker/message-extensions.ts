@@ -69,6 +69,8 @@ export function takeExtensions<Message extends ExtensibleMessage>(
   const delivery = deliverySchedule(value('deliveryTime'), value('deliveryDelay'), index);
   const kept = Object.fromEntries(Object.entries(attributes).filter(([name]) => !name.startsWith(EXTENSION_PREFIX)));
   const stored: Record<string, unknown> = { ...message, attributes: kept };
+  // A message left without attributes is stored as one that never had any.
+  if (Object.keys(kept).length === 0) delete stored.attributes;
   for (const field of fields) delete stored[field];
   return { message: stored as Message, extensions: { idempotencyKey, ...(delivery ? { delivery } : {}) } };
 }
@@ -107,11 +109,23 @@ function deliverySchedule(time: string | undefined, delay: string | undefined, i
   if (time !== undefined && delay !== undefined) {
     throw invalidArgument(`Message ${index}: give a delivery time or a delivery delay, not both.`);
   }
-  if (time !== undefined) return { atUs: parseTimestampUs(time, `message ${index}'s delivery time`) };
+  if (time !== undefined) return { atUs: timestampUs(time, index) };
   if (delay === undefined) return undefined;
   const delayUs = durationMicroseconds(delay, `message ${index}'s delivery delay`);
   if (delayUs > MAX_DELIVERY_AHEAD_US) throw tooDistant(index);
   return { delayUs };
+}
+
+/**
+ * A delivery time in microseconds. The messages of a publish often share one time: the last one
+ * parsed is remembered.
+ */
+let lastTimestamp = { text: '', us: 0 };
+function timestampUs(text: string, index: number): number {
+  if (text !== lastTimestamp.text) {
+    lastTimestamp = { text, us: parseTimestampUs(text, `message ${index}'s delivery time`) };
+  }
+  return lastTimestamp.us;
 }
 
 /** When a message scheduled so is due, for a publish stamped at publishTimeUs; 0 for at once. */

@@ -10,8 +10,8 @@ export interface RegionBacklog {
 
 /**
  * Every subscription's un-acked messages in every usable region, read without a script (a
- * gauge may be a moment stale). Unordered: the ready list, the delayed set (retry backoffs),
- * the leases and the forwarding set (on its way to the dead-letter topic). Ordered: keyed
+ * gauge may be a moment stale). Unordered: the ready list, the delayed set (retry backoffs, and
+ * messages scheduled for later: a run entry stands for its config's inRuns more), the leases and the forwarding set (on its way to the dead-letter topic). Ordered: keyed
  * messages all live in `keyed`, so they are counted there, and taken out of the ready list and
  * the delayed set (one `k:` marker per queued key) and of the leases and the forwarding set
  * (each busy key's outstanding count).
@@ -27,12 +27,14 @@ export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]
     const counts = await Promise.all(
       records.map(async (record) => {
         const sub = regionKeys.topicData(record.topicUid).subscription(record.uid);
-        const [ready, delayed, leased, forwarding] = await Promise.all([
+        const [ready, delayedEntries, inRuns, leased, forwarding] = await Promise.all([
           regionRedis.llen(sub.ready),
           regionRedis.zcard(sub.delayed),
+          regionRedis.hget(sub.config, 'inRuns'),
           regionRedis.zcard(sub.leased),
           regionRedis.zcard(sub.forwarding),
         ]);
+        const delayed = delayedEntries + Number(inRuns ?? 0);
         if (!record.enableMessageOrdering) return ready + delayed + leased + forwarding;
         const [keyed, keyStates] = await Promise.all([regionRedis.zcard(sub.keyed), regionRedis.hvals(sub.keyStates)]);
         const queuedKeys = keyStates.filter((state) => state === 'q').length;

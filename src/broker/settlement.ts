@@ -77,6 +77,37 @@ export class Settlement {
   }
 
   /**
+   * Extends the leases of ack IDs to `seconds` from now, on any subscription as strictly as on an
+   * exactly-once one: in each region only if every lease there is valid, and a failure per ack
+   * ID that is not (ack-and-publish.ts).
+   */
+  holdDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
+    return this.settle(
+      record,
+      ackIds,
+      (region, members) => this.modifyMembers(region, record, members, seconds, 'hold'),
+      true,
+    );
+  }
+
+  /** Acknowledges as acknowledgeDeliveries, but reports expired leases as failures on any subscription. */
+  acknowledgeStrictly(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
+    return this.settle(record, ackIds, (region, members) => this.acknowledgeMembers(region, record, members), true);
+  }
+
+  /** The deliveries ack IDs of the subscription name (undefined: malformed, or another's). */
+  async deliveriesOf(record: SubscriptionRecord, ackIds: string[]): Promise<Map<string, Delivery | undefined>> {
+    const codec = await this.ackIds();
+    const issuedHere = this.issued(record);
+    return new Map(
+      ackIds.map((ackId) => {
+        const delivery = issuedHere(ackId) ?? codec.decode(ackId);
+        return [ackId, delivery?.subscriptionUid === record.uid ? delivery : undefined];
+      }),
+    );
+  }
+
+  /**
    * Leases this process made and still holds itself (what a pusher leased, a pull nobody
    * received, a stream's lease over its budget) are settled by their deliveries: no ack ID was
    * handed out, so there is none to seal and decode, and no stream to tell. A region that
@@ -100,7 +131,7 @@ export class Settlement {
    */
   releaseLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
     return this.settleLeased(record, deliveries, (region, members) =>
-      this.modifyMembers(region, record, members, 0, true),
+      this.modifyMembers(region, record, members, 0, 'release'),
     );
   }
 
@@ -109,13 +140,13 @@ export class Settlement {
     record: SubscriptionRecord,
     members: string[],
     seconds: number,
-    release = false,
+    mode?: 'release' | 'hold',
   ): Promise<SettleResult> {
     const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
     return modifyAckDeadline(ctx.scripts, sub, {
       time: ctx.clock.scriptTime(),
       seconds,
-      release,
+      mode,
       wakeChannel: ctx.keys.wakeChannel(record.topicUid),
       members,
     });
@@ -127,20 +158,19 @@ export class Settlement {
    * the valid ones still take effect, and a region that cannot be reached is a transient
    * failure of its IDs. Others ignore stale IDs, but a malformed ID refuses the whole request
    * before anything changes, and an unreachable region fails it after the others are applied.
+   * `strict`: per ack ID as on exactly-once subscriptions, whatever the subscription.
    */
   private async settle(
     record: SubscriptionRecord,
     ackIds: string[],
     apply: (region: Region, members: string[]) => Promise<SettleResult>,
+    strict = false,
   ): Promise<SettleOutcome> {
-    const exactlyOnce = record.enableExactlyOnceDelivery === true;
-    const codec = await this.ackIds();
-    const issuedHere = this.issued(record);
+    const exactlyOnce = strict || record.enableExactlyOnceDelivery === true;
     const outcome: SettleOutcome = { applied: [], failures: new Map() };
     const byRegion = new Map<Region, Map<string, string>>();
-    for (const ackId of ackIds) {
-      const delivery = issuedHere(ackId) ?? codec.decode(ackId);
-      const region = delivery?.subscriptionUid === record.uid ? this.regions.byName(delivery.region) : undefined;
+    for (const [ackId, delivery] of await this.deliveriesOf(record, ackIds)) {
+      const region = delivery ? this.regions.byName(delivery.region) : undefined;
       if (delivery && region) {
         const memberOf = byRegion.get(region) ?? new Map<string, string>();
         byRegion.set(region, memberOf.set(ackId, leaseMember(delivery)));

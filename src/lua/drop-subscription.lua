@@ -16,7 +16,8 @@
   KEYS[13]   the topic's retainers (HASH subscription uid -> retention, µs)
   KEYS[14]   its selections (HASH block -> taken flags)
   ARGV[1]    subscription uid
-  ARGV[2]    how many entries to release from each structure in this call
+  ARGV[2]    how many entries to release from each structure in this call (of the delayed set,
+             entries until they stand for that many messages)
   Returns    the number of entries still held (0 = fully dropped)
   Invariant: after the first call the subscription receives nothing new; every body reference
              it held is released exactly once (a keyed message is released through the keyed
@@ -38,8 +39,14 @@ local function release_entry(entry)
   if string.sub(entry, 1, 2) ~= 'k:' then seqs[#seqs + 1] = (split_entry(entry)) end
 end
 for _, entry in ipairs(redis.call('LPOP', ready_key, batch) or {}) do release_entry(entry) end
-local delayed = redis.call('ZPOPMIN', delayed_key, batch)
-for i = 1, #delayed, 2 do release_entry(delayed[i]) end
+-- A run entry stands for up to a thousand messages: entries until their messages make a batch.
+local delayed, released = redis.call('ZRANGE', delayed_key, 0, batch - 1), {}
+for _, entry in ipairs(delayed) do
+  if #seqs >= batch then break end
+  released[#released + 1] = entry
+  each_entry(entry, release_entry)
+end
+if #released > 0 then redis.call('ZREM', delayed_key, unpack(released)) end
 -- Leases and forwards of keyed messages are released through the keyed ZSET.
 for _, held in ipairs({ leased_key, forwarding_key }) do
   local entries = redis.call('ZPOPMIN', held, batch)

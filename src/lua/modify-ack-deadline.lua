@@ -4,7 +4,9 @@
   and, for a keyed message of an ordered subscription, cascades to the later outstanding messages
   of its key. A release gives back leases that never reached a client (a pull nobody received,
   a stream's lease over its flow-control budget): as a nack, but no delivery attempt is counted
-  and no backoff waited (the generation goes back; nobody holds that delivery's ack ID).
+  and no backoff waited (the generation goes back; nobody holds that delivery's ack ID). A hold
+  extends leases for an acknowledge-and-publish (src/broker/ack-and-publish.ts) all or nothing:
+  only when every one of them is valid (not expired, on any subscription).
   KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0", minBackoffUs, maxBackoffUs,
              maxDeliveryAttempts)
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
@@ -18,14 +20,15 @@
   ARGV[2]    new deadline in seconds from now (0..600)
   ARGV[3]    wake channel, published to when something became available (or will be, after a
              backoff: long polls then look again when it ends)
-  ARGV[4]    '1': a release (ARGV[2] is 0), else ''
+  ARGV[4]    'release': a release (ARGV[2] is 0); 'hold': a hold (ARGV[2] > 0); else ''
   ARGV[5..]  deliveries as "seq:gen"
   Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
              DELIVERY_APPLIED  deadline changed (or nacked)
              DELIVERY_GONE     no such lease: acknowledged, superseded, nacked before, or unknown
              DELIVERY_EXPIRED  the lease expired; on exactly-once subscriptions nothing changed, on
                                others the deadline was changed anyway (the message had not been
-                               delivered again yet)
+                               delivered again yet); on a hold, nothing changed
+             A hold changes nothing unless every code is DELIVERY_APPLIED.
   Invariant: only the named generation's lease changes; a nack ends that lease, so its ack ID
              stops working. A nacked keyed message is delivered again before any later message of
              its key, and the later ones already handed out are delivered again after it, in order.
@@ -38,7 +41,7 @@ local keys = {
 }
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
-local releasing = ARGV[4] == '1'
+local releasing, holding = ARGV[4] == 'release', ARGV[4] == 'hold'
 local config = redis.call('HMGET', config_key, 'exactlyOnce', 'minBackoffUs', 'maxBackoffUs', 'maxDeliveryAttempts')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 local exactly_once = config[1] == '1'
@@ -46,6 +49,20 @@ local policy = redelivery_policy(config[2], config[3], config[4])
 mark_active(config_key, now)
 
 local results = {}
+if holding then
+  local deadline, held = now + seconds * 1000000, {}
+  for i = 5, #ARGV do
+    local status = lease_status(redis.call('ZSCORE', leased_key, ARGV[i]), now, true)
+    results[#results + 1] = RESULT[status]
+    held[#held + 1] = deadline
+    held[#held + 1] = ARGV[i]
+  end
+  for _, code in ipairs(results) do
+    if code ~= DELIVERY_APPLIED then return results end
+  end
+  if #held > 0 then redis.call('ZADD', leased_key, 'XX', unpack(held)) end
+  return results
+end
 local woke = false
 for i = 5, #ARGV do
   local member = ARGV[i]

@@ -176,12 +176,25 @@ local function hold_bodies(refs_key, seqs)
   end)
 end
 
+-- A delayed entry "<first>-<last>" is a run: the consecutive seqs first .. last, none delivered
+-- yet, scheduled for one time (publish.lua); the subscription config's inRuns counts what runs
+-- hold beyond one entry each. Calls fn with each entry an entry stands for (a key marker
+-- "k:<key>" is itself, whatever its key).
+local function each_entry(entry, fn)
+  local dash = string.find(entry, '-', 1, true)
+  if not dash or string.sub(entry, 1, 2) == 'k:' then return fn(entry) end
+  for seq = tonumber(string.sub(entry, 1, dash - 1)), tonumber(string.sub(entry, dash + 1)) do
+    fn(string.format('%d', seq))
+  end
+end
+
 -- Every delivery entry a subscription holds outside its keyed ZSET: its ready list, then its
--- delayed, leased and forwarding sets (key markers "k:<key>" included).
+-- delayed (runs taken apart), leased and forwarding sets (key markers "k:<key>" included).
 local function held_entries(ready_key, delayed_key, leased_key, forwarding_key)
   local entries = redis.call('LRANGE', ready_key, 0, -1)
+  local function add(entry) entries[#entries + 1] = entry end
   for _, set in ipairs({ delayed_key, leased_key, forwarding_key }) do
-    for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do entries[#entries + 1] = entry end
+    for _, entry in ipairs(redis.call('ZRANGE', set, 0, -1)) do each_entry(entry, add) end
   end
   return entries
 end

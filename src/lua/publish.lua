@@ -10,7 +10,8 @@
   KEYS[7]    the log's earliest publish times (ZSET block -> earliest publish time in it, µs)
   KEYS[8]    the remembered idempotency keys (HASH key -> the seq stored under it)
   KEYS[9]    when each remembered idempotency key was stored (ZSET key -> µs)
-  KEYS[10]   the messages scheduled for later (ZSET seq -> delivery time, µs; read by seek.lua)
+  KEYS[10]   the messages scheduled for later, while the topic retains (ZSET seq -> delivery
+             time, µs; read by seek.lua)
   KEYS[11..] per attached subscription, in the order the caller read them: its ready list, its
              keyed ZSET and its key states (the two used when ordered), and its selections
              (HASH block -> taken flags, written for a filtered subscription while the topic
@@ -36,14 +37,16 @@
   ARGV[13..] k pairs: the message's index (1 .. n) and its idempotency key. A key remembered
              within the window, or given to an earlier message of the same publish, makes its
              message a duplicate: nothing of it is stored, and its answer is the seq stored first.
-  ARGV[13 + 2k]  s, how many of the messages are scheduled for a later delivery
-  ARGV[14 + 2k ..] s pairs: the message's index (1 .. n) and its delivery time (µs, after the
-             publish time). A message whose time has not come when it is stored waits in each
-             subscription's delayed set (keyed: with its time in its keyed delivery, holding
-             back the later messages of its key) until then; a time within the publish time
-             plus the retention of every subscription that takes it (or the topic's, when
-             longer), else nothing is stored.
-  ARGV[14 + 2k + 2s ..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
+  ARGV[13 + 2k]  r, how many runs of messages are scheduled for a later delivery
+  ARGV[14 + 2k ..] r triples, in message order: the first and last index (1 .. n) of consecutive
+             messages scheduled for one time, and that time (µs, after the publish time). A
+             message whose time has not come when it is stored waits in each subscription's
+             delayed set until then (keyed: with its time in its keyed delivery, holding back
+             the later messages of its key; unkeyed, a run of them as one entry
+             "<first seq>-<last seq>", counted in the config's inRuns); a time within the
+             publish time plus the retention of every subscription that takes it (or the
+             topic's, when longer), else nothing is stored.
+  ARGV[14 + 2k + 3r ..] either nothing (the bodies are staged in KEYS[4], fields '000', '001', ...) or
              the bodies inline, in order (small publishes). A body as stored: the
              stamp's 16 digits, then what the broker packs (see src/broker/message-codec.ts).
              Small publishes come inline; large ones are staged, because every byte a script
@@ -78,8 +81,9 @@
              at least as many expired keys as it adds, and both keys expire a window after the
              last call that added one. A scheduled message is delivered by no subscription
              before its delivery time (judged by the clock of the pull script), and while it is
-             ahead the scheduled set names it; each call that adds to that set forgets at least
-             as many past entries as it adds, and the set expires after its latest time.
+             ahead and the topic retains, the scheduled set names it; each call that adds to
+             that set forgets up to twice as many past entries as it adds, and the set expires
+             after its latest time.
 ]]
 local state_key, bodies_prefix, refs_key, staging_key, forwarded_key, log_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 -- A forward ID's mark outlives by far any forwarder still at work on it (src/broker/dead-letters.ts).
@@ -87,8 +91,8 @@ local FORWARD_MARK_KEPT_US = 24 * 3600 * 1000000
 local count = tonumber(ARGV[10])
 local dedup_window, keyed_messages = tonumber(ARGV[11]), tonumber(ARGV[12])
 local SCHEDULED_ARG = 13 + 2 * keyed_messages
-local scheduled_messages = tonumber(ARGV[SCHEDULED_ARG])
-local FIRST_BODY_ARG = SCHEDULED_ARG + 1 + 2 * scheduled_messages
+local scheduled_runs = tonumber(ARGV[SCHEDULED_ARG])
+local FIRST_BODY_ARG = SCHEDULED_ARG + 1 + 3 * scheduled_runs
 local staged = #ARGV < FIRST_BODY_ARG
 if staged and redis.call('HLEN', staging_key) ~= count then
   return redis.error_reply('publish: the staged bodies are not all there')
@@ -114,7 +118,7 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
 end
 
 -- The keys of subscription s: KEYS_PER_SUBSCRIPTION from sub_key(s, 1).
-local KEYS_PER_SUBSCRIPTION = scheduled_messages > 0 and 7 or 4
+local KEYS_PER_SUBSCRIPTION = scheduled_runs > 0 and 7 or 4
 local subscriptions = (#KEYS - 10) / KEYS_PER_SUBSCRIPTION
 local function sub_key(s, i) return KEYS[10 + KEYS_PER_SUBSCRIPTION * (s - 1) + i] end
 -- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
@@ -137,23 +141,37 @@ if at ~= #selections + 1 then
   return refuse(redis.error_reply('publish: ARGV[8] does not give one selection per subscription'))
 end
 
--- due[i]: the delivery time of message i, when it is scheduled for later. A subscription taking
--- it must keep it until then: pull drops what is older than its retention (or the topic's).
-local due = {}
-for j = 1, scheduled_messages do
-  due[tonumber(ARGV[SCHEDULED_ARG + 2 * j - 1])] = tonumber(ARGV[SCHEDULED_ARG + 2 * j])
+-- runs[j]: {first, last, time}: messages first .. last are to be delivered at time. A subscription
+-- taking one must keep it until then: pull drops what is older than its retention (or the
+-- topic's). ahead: the runs whose time has not come (in message order).
+local runs, ahead = {}, {}
+for j = 1, scheduled_runs do
+  local at = SCHEDULED_ARG + 3 * j - 2
+  local run = { tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]) }
+  runs[j] = run
+  if run[3] > now then ahead[#ahead + 1] = run end
 end
-if scheduled_messages > 0 then
-  for s = 1, subscriptions do
-    local retention = tonumber(redis.call('HGET', sub_key(s, 5), 'retentionUs') or '')
-    if retention then
-      local limit = math.max(retention, topic_retention)
-      for i, time in pairs(due) do
-        local taken_by_filter = not takes[s] or string.byte(takes[s], i) == 49
-        if taken_by_filter and time - stamp > limit then return refuse({REPLY_PAST_RETENTION, i, limit}) end
+for s = 1, scheduled_runs > 0 and subscriptions or 0 do
+  local retention = tonumber(redis.call('HGET', sub_key(s, 5), 'retentionUs') or '')
+  local limit = retention and math.max(retention, topic_retention)
+  for _, run in ipairs(retention and runs or {}) do
+    if run[3] - stamp > limit then
+      for i = run[1], run[2] do
+        if not takes[s] or string.byte(takes[s], i) == 49 then return refuse({REPLY_PAST_RETENTION, i, limit}) end
       end
     end
   end
+end
+-- due[i]: when message i is to be delivered, of those whose time has not come (filled on need).
+local due
+local function due_of(i)
+  if not due then
+    due = {}
+    for _, run in ipairs(ahead) do
+      for j = run[1], run[2] do due[j] = run[3] end
+    end
+  end
+  return due[i]
 end
 
 -- Idempotency keys: duplicate[i] is the seq a remembered key names, or for a key given twice in
@@ -286,12 +304,17 @@ for i = 1, count do
   end
 end
 if #refs > 0 then redis.call('HSET', refs_key, unpack(refs)) end
--- The scheduled messages stored, whose time has not come: seek.lua leaves them waiting.
+-- The stored messages whose time has not come: while the topic retains, the scheduled set names
+-- them too: a seek may then bring one back to a subscription that never held it (one created
+-- later, or to a snapshot), and leaves it waiting (seek.lua). Otherwise a seek only rearranges
+-- what a subscription holds, whose own delayed set or keyed delivery has the time.
 local waiting = {}
-for i, time in pairs(due) do
-  if time > now and holders[i] > 0 then
-    waiting[#waiting + 1] = time
-    waiting[#waiting + 1] = seqs[i]
+for _, run in ipairs(logging and ahead or {}) do
+  for i = run[1], run[2] do
+    if holders[i] > 0 then
+      waiting[#waiting + 1] = run[3]
+      waiting[#waiting + 1] = seqs[i]
+    end
   end
 end
 if #waiting > 0 then
@@ -330,24 +353,51 @@ local function keyed_members(taken_seqs)
 end
 
 local members_of_all -- the keyed members of every message, shared by the ordered subscriptions that take all
--- Of the seqs a subscription takes, the scheduled ones whose time has not come wait in its delayed
--- set (or, keyed, with their time in their keyed delivery); the others are returned.
+-- Of the seqs a subscription takes, the scheduled ones whose time has not come wait: keyed, with
+-- their time in their keyed delivery; else in its delayed set, consecutive seqs of one time as one
+-- run entry "<first>-<last>" (a member per message would cost Redis a sorted-set insert each),
+-- counted in its config's inRuns. The others are returned.
 local function hold_back(s, mine, keyed)
-  if #waiting == 0 then return mine end
-  local waits, now_ready = {}, {}
-  for _, seq in ipairs(mine) do
-    local time = due[tonumber(seq) - first_seq + 1]
-    if time and time > now and keyed then
-      waits[#waits + 1] = seq
-      waits[#waits + 1] = keyed_delivery(0, 'w', ordering_key, 0, time)
-    elseif time and time > now then
-      waits[#waits + 1] = time
-      waits[#waits + 1] = seq
-    else
-      now_ready[#now_ready + 1] = seq
-    end
+  if #ahead == 0 then return mine end
+  local held, now_ready, in_runs = {}, {}, 0
+  local function wait_run(first, last, time)
+    held[#held + 1] = time
+    held[#held + 1] = first == last and seqs[first] or (seqs[first] .. '-' .. seqs[last])
+    in_runs = in_runs + last - first
   end
-  if #waits > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 6), unpack(waits)) end
+  if not keyed and not takes[s] then
+    -- It takes every message: each run ahead waits whole, the messages between them are ready.
+    local next_i = 1
+    for _, run in ipairs(ahead) do
+      for i = next_i, run[1] - 1 do now_ready[#now_ready + 1] = seqs[i] end
+      wait_run(run[1], run[2], run[3])
+      next_i = run[2] + 1
+    end
+    for i = next_i, count do now_ready[#now_ready + 1] = seqs[i] end
+  else
+    local run_first, run_last, run_time
+    for _, seq in ipairs(mine) do
+      local i = seq - first_seq + 1
+      local time = due_of(i)
+      if time and keyed then
+        held[#held + 1] = seq
+        held[#held + 1] = keyed_delivery(0, 'w', ordering_key, 0, time)
+      elseif time and run_first and run_last == i - 1 and run_time == time then
+        run_last = i
+      else
+        if run_first then wait_run(run_first, run_last, run_time) end
+        run_first = nil
+        if time then
+          run_first, run_last, run_time = i, i, time
+        else
+          now_ready[#now_ready + 1] = seq
+        end
+      end
+    end
+    if run_first then wait_run(run_first, run_last, run_time) end
+  end
+  if #held > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 6), unpack(held)) end
+  if in_runs > 0 then redis.call('HINCRBY', sub_key(s, 5), 'inRuns', in_runs) end
   return now_ready
 end
 

@@ -193,15 +193,25 @@ for _, member in ipairs(unfinished) do
   forward(seq, gen, attempts_of(gen) - uncounted)
 end
 
--- Work whose backoff has ended, and scheduled messages whose time has come, go to the front of
--- the ready list, the earliest first.
+-- Work whose backoff has ended, and scheduled messages whose time has come (a run taken apart),
+-- go to the front of the ready list, the earliest first: entries until they make `remaining`.
 local backed_off = redis.call('ZRANGEBYSCORE', keys.delayed, '-inf', now, 'LIMIT', 0, remaining)
 if #backed_off > 0 then
-  redis.call('ZREM', keys.delayed, unpack(backed_off))
+  local taken, due_now, in_runs = {}, {}, 0
+  local function add(entry) due_now[#due_now + 1] = entry end
+  for _, entry in ipairs(backed_off) do
+    if #due_now >= remaining then break end
+    taken[#taken + 1] = entry
+    local before = #due_now
+    each_entry(entry, add)
+    in_runs = in_runs + #due_now - before - 1
+  end
+  redis.call('ZREM', keys.delayed, unpack(taken))
+  if in_runs > 0 then redis.call('HINCRBY', config_key, 'inRuns', -in_runs) end
   -- LPUSH puts its last argument at the front: the earliest goes last.
   local earliest_last = {}
-  for i = #backed_off, 1, -1 do earliest_last[#earliest_last + 1] = backed_off[i] end
-  redis.call('LPUSH', ready_key, unpack(earliest_last))
+  for i = #due_now, 1, -1 do earliest_last[#earliest_last + 1] = due_now[i] end
+  in_chunks(earliest_last, 1, function(chunk) redis.call('LPUSH', ready_key, unpack(chunk)) end)
 end
 
 -- Expired leases next. Unkeyed ones are delivered again right here, or after their backoff;

@@ -9,7 +9,8 @@
   KEYS[1]    subscription config (HASH ordered "1"|"0"; only its existence and ordered are read)
   KEYS[2]    ready list (LIST of "seq" | "seq:gen" | "k:<key>")
   KEYS[3]    leases (ZSET "seq:gen" -> deadline, µs)
-  KEYS[4]    delayed (ZSET "seq" scheduled | "seq:gen" in backoff | "k:<key>" -> when due, µs)
+  KEYS[4]    delayed (ZSET "seq" or a run "<first>-<last>" scheduled | "seq:gen" in backoff |
+             "k:<key>" -> when due, µs)
   KEYS[5]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
   KEYS[6]    keyed ZSET (un-acked keyed messages, by key then seq)
   KEYS[7]    keyed deliveries (HASH seq -> "<gen>|<o|w|f>|<key>", gen maybe with /uncounted/due)
@@ -19,7 +20,7 @@
              d, f: the score last read; k: the member last read
   ARGV[4]    r: how far from the back the entry last read was at least (its index from the
              back only grows while it stays: entries leave the front only); l, d, f: the
-             member last read; else ''
+             member last read (d, in a run: "<run>@<seq last read>"); else ''
   ARGV[5]    budget: how many entries at most to examine
   ARGV[6]    an ordering key: k reads only that key's messages; '' for all
   Returns    {REPLY_OK, examined, nextStream, nextA, nextB, (stream, a, b, seq, state,
@@ -133,7 +134,7 @@ local function zset_index_after(key, score, member)
   return low
 end
 
--- l, d, f: by score, then member.
+-- l, f: by score, then member.
 local function read_zset(key)
   -- What finding the member last read costs does not count against the members read after it.
   local room = budget - examined
@@ -141,43 +142,65 @@ local function read_zset(key)
   local entries = redis.call('ZRANGE', key, first, first + room - 1, 'WITHSCORES')
   local count = #entries / 2
   examined = examined + count
+  if count == 0 then return nil end
   local seqs, gens = {}, {}
-  for j = 1, count do
-    local entry = entries[2 * j - 1]
-    if string.sub(entry, 1, 2) ~= 'k:' then seqs[j], gens[j] = split_entry(entry) end
-  end
+  for j = 1, count do seqs[j], gens[j] = split_entry(entries[2 * j - 1]) end
   -- On ordered subscriptions a lease or a forward may be a keyed message's: k reads those.
   local keyed = {}
-  if ordered then
-    local listed, index = {}, {}
-    for j = 1, count do
-      if seqs[j] then
-        listed[#listed + 1] = seqs[j]
-        index[#listed] = j
-      end
-    end
-    if #listed > 0 then
-      local infos = redis.call('HMGET', deliveries_key, unpack(listed))
-      for i = 1, #listed do
-        if infos[i] then keyed[index[i]] = true end
-      end
-    end
-  end
+  if ordered then keyed = redis.call('HMGET', deliveries_key, unpack(seqs)) end
   for j = 1, count do
-    local entry, score, seq = entries[2 * j - 1], entries[2 * j], seqs[j]
-    if seq and not keyed[j] then
-      local time, attempts = tonumber(score), attempts_of(gens[j])
+    if not keyed[j] then
+      local entry, score, attempts = entries[2 * j - 1], entries[2 * j], attempts_of(gens[j])
       if key == leased_key then
-        item(score, entry, seq, 'l', attempts, time)
-      elseif key == forwarding_key then
-        item(score, entry, seq, 'f', attempts, nil)
+        item(score, entry, seqs[j], 'l', attempts, tonumber(score))
       else
-        item(score, entry, seq, attempts == 0 and 's' or 'b', attempts, time)
+        item(score, entry, seqs[j], 'f', attempts, nil)
       end
     end
   end
   if count < room then return nil end
   return {entries[2 * count], entries[2 * count - 1]}
+end
+
+-- d: by score, then member; a run "<first>-<last>" (scheduled messages published together) by
+-- seq within it, its position "<first>-<last>@<seq>". Key markers are skipped.
+local function read_delayed()
+  local room = budget - examined
+  local member, inside = after_b, nil
+  local at = string.sub(after_b, 1, 2) ~= 'k:' and string.find(after_b, '@', 1, true)
+  if at then member, inside = string.sub(after_b, 1, at - 1), tonumber(string.sub(after_b, at + 1)) end
+  local first = zset_index_after(delayed_key, after_a, member)
+  local entries = redis.call('ZRANGE', delayed_key, first, first + room - 1, 'WITHSCORES')
+  -- The rest of the run the last page stopped in, while it waits (a pull moves a run whole).
+  if inside and redis.call('ZSCORE', delayed_key, member) then
+    table.insert(entries, 1, after_a)
+    table.insert(entries, 1, member)
+  else
+    inside = nil
+  end
+  local read = 0
+  for j = 1, #entries / 2 do
+    local entry, score = entries[2 * j - 1], entries[2 * j]
+    local low, high = string.match(entry, '^(%d+)-(%d+)$')
+    if low then
+      low = (j == 1 and inside or tonumber(low) - 1) + 1
+      for seq = low, tonumber(high) do
+        if read >= room then return {score, entry .. '@' .. string.format('%d', seq - 1)} end
+        read, examined = read + 1, examined + 1
+        item(score, entry .. '@' .. string.format('%d', seq), string.format('%d', seq), 's', 0, tonumber(score))
+      end
+    else
+      if read >= room then return {entries[2 * j - 2], entries[2 * j - 3]} end
+      read, examined = read + 1, examined + 1
+      if string.sub(entry, 1, 2) ~= 'k:' then
+        local seq, gen = split_entry(entry)
+        local attempts = attempts_of(gen)
+        item(score, entry, seq, attempts == 0 and 's' or 'b', attempts, tonumber(score))
+      end
+    end
+  end
+  if #entries / 2 - (inside and 1 or 0) < room then return nil end
+  return {entries[#entries], entries[#entries - 1]}
 end
 
 -- k: by key, then seq.
@@ -217,7 +240,7 @@ end
 local readers = {
   r = read_ready,
   l = function() return read_zset(leased_key) end,
-  d = function() return read_zset(delayed_key) end,
+  d = read_delayed,
   f = function() return read_zset(forwarding_key) end,
   k = read_keyed,
 }

@@ -29,7 +29,8 @@
   KEYS[14]   earlier selections: a filtered subscription's flags of the log's messages published
              before it was created (HASH block -> 1000 flags, '1' where its filter takes the
              message), written by the broker for this seek only and deleted by it
-  KEYS[15]   the topic's messages scheduled for later (ZSET seq -> delivery time, µs)
+  KEYS[15]   the topic's messages scheduled for later, while it retains (ZSET seq -> delivery
+             time, µs)
   KEYS[16..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
              its info (HASH cut, ...); a seek to a time passes neither
   ARGV[1]    time override in microseconds, or ''
@@ -113,6 +114,23 @@ local function hold(entry)
   end
 end
 for _, entry in ipairs(held_entries(ready_key, delayed_key, leased_key, forwarding_key)) do hold(entry) end
+
+-- The messages whose delivery time is still ahead: seq -> that time. The topic's scheduled set
+-- names them while it retains; what the subscription holds says it too: a time on a delivery that
+-- failed no attempt in its epoch is a delivery time (a backoff follows a failed attempt).
+local scheduled = {}
+local after_now = '(' .. string.format('%.0f', now)
+local ahead = redis.call('ZRANGEBYSCORE', KEYS[15], after_now, '+inf', 'WITHSCORES')
+for i = 1, #ahead, 2 do scheduled[ahead[i]] = tonumber(ahead[i + 1]) end
+local waiting_now = redis.call('ZRANGEBYSCORE', delayed_key, after_now, '+inf', 'WITHSCORES')
+for i = 1, #waiting_now, 2 do
+  local time = tonumber(waiting_now[i + 1])
+  each_entry(waiting_now[i], function(entry)
+    if string.sub(entry, 1, 2) == 'k:' then return end
+    local seq, gen = split_entry(entry)
+    if attempts_of(gen) == 0 then scheduled[seq] = time end
+  end)
+end
 if ordered then
   for _, member in ipairs(redis.call('ZRANGE', keyed_key, 0, -1)) do
     local seq = keyed_member_seq(member)
@@ -123,14 +141,16 @@ if ordered then
   local deliveries = redis.call('HGETALL', deliveries_key)
   for i = 1, #deliveries, 2 do
     local seq = deliveries[i]
-    local gen, state, _, cut_short = split_keyed_delivery(deliveries[i + 1])
+    local gen, state, _, cut_short, due = split_keyed_delivery(deliveries[i + 1])
     note_held(seq)
     held[seq] = gen
+    if due and due > now and attempts_of(gen) == 0 then scheduled[seq] = due end
     -- A keyed lease the seek ends was cut short, as by a cascade.
     uncounted[seq] = state == 'o' and cut_short + 1 or cut_short
   end
 end
 redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key)
+redis.call('HDEL', config_key, 'inRuns')
 
 -- The blocks to look at: those of the messages held, and the log's that hold messages published
 -- at or after the target (a block's score is its latest publish time).
@@ -203,11 +223,6 @@ local function next_epoch()
   epoch_gen = epoch_gen or redis.call('HINCRBY', config_key, 'epoch', 1) * GEN_EPOCH
   return epoch_gen
 end
-
--- The messages whose delivery time is still ahead: seq -> that time.
-local scheduled = {}
-local ahead = redis.call('ZRANGEBYSCORE', KEYS[15], '(' .. string.format('%.0f', now), '+inf', 'WITHSCORES')
-for i = 1, #ahead, 2 do scheduled[ahead[i]] = tonumber(ahead[i + 1]) end
 
 local unacked, queued_keys = 0, {}
 local ready, waiting, keyed, deliveries, taken_again, released = {}, {}, {}, {}, {}, {}

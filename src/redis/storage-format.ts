@@ -5,7 +5,9 @@ import type { RedisClient } from './client.ts';
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 4 adds the retained log: a body of a logged block holds
+ * cannot find is dropped as gone. Format 5 adds messages scheduled for later: run entries
+ * ("<first>-<last>") in a subscription's `delayed` set, which a broker of format 4 would misread
+ * as one seq. Format 4 adds the retained log: a body of a logged block holds
  * one more reference, the log's, which a broker of format 3 would not give it when it publishes
  * into such a block (SCHEMA.md, `log`); format 3 adds to format 2 what retry and dead-letter policies
  * need (a subscription's `delayed` and `forwarding` sets, uncounted deliveries, backoff ends and
@@ -14,13 +16,13 @@ import type { RedisClient } from './client.ts';
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '4';
-/** Formats this broker reads as they are: claiming such a store records format 4 over it. */
-const SUPERSEDED_FORMATS = new Set(['2', '3']);
+export const STORAGE_FORMAT = '5';
+/** Formats this broker reads as they are: claiming such a store records format 5 over it. */
+const SUPERSEDED_FORMATS = new Set(['2', '3', '4']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2 or 3 holds nothing format 4 reads otherwise: it is
+ * undefined when it may. A store of format 2, 3 or 4 holds nothing format 5 reads otherwise: it is
  * claimed (and brokers of those formats refuse it from then on). A store with no recorded format is
  * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { pushConfigSchema } from '../broker/push-config.ts';
 import { SUBSCRIPTION_FIELDS } from '../broker/subscription-fields.ts';
 import { resourceSchema } from './common.ts';
+import { pubsubMessageSchema } from './messages.ts';
 import { int32 } from './wire-types.ts';
 
 /** Subscription as a request body (CreateSubscription, and inside UpdateSubscription): from SUBSCRIPTION_FIELDS. */
@@ -20,6 +21,17 @@ export const pullBodySchema = z.strictObject({
 const ackIds = z.array(z.string(), 'ackIds must be a list of strings').min(1, 'at least one ack ID is required');
 
 export const acknowledgeBodySchema = z.strictObject({ ackIds });
+
+/** The broker's acknowledgeAndPublish: ack IDs, and messages to publish to topics (full names). */
+export const acknowledgeAndPublishBodySchema = z.strictObject({
+  ackIds,
+  publish: z
+    .array(
+      z.strictObject({ topic: z.string(), messages: z.array(pubsubMessageSchema, 'messages must be a list') }),
+      'publish must be a list',
+    )
+    .optional(),
+});
 
 export const modifyAckDeadlineBodySchema = z.strictObject({
   ackIds,

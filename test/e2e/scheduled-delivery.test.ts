@@ -12,9 +12,11 @@
 import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { formatTimestampUs } from '../../src/broker/durations.ts';
+import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, type TestBroker, unb64 } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
 import { pullNow, topicData } from '../helpers/topic.ts';
+import { waitUntil } from '../helpers/wait.ts';
 
 const P = '/v1/projects/p';
 const TOPIC = 'projects/p/topics/orders';
@@ -146,7 +148,10 @@ t.test('a seek leaves a message whose time is ahead waiting', async (t) => {
   await broker.api('PUT', `${P}/subscriptions/ordered`, { topic: TOPIC, enableMessageOrdering: true });
   const startUs = Number(clock.scriptTime());
   await publish(broker, [{ data: b64('now-1') }]);
-  await publish(broker, [{ data: b64('later'), deliveryDelay: '100s' }]);
+  await publish(broker, [
+    { data: b64('later'), deliveryDelay: '100s' },
+    { data: b64('later-2'), deliveryDelay: '100s' },
+  ]);
   await publish(broker, [
     { data: b64('k1'), orderingKey: 'k', deliveryDelay: '50s' },
     { data: b64('k2'), orderingKey: 'k' },
@@ -184,14 +189,104 @@ t.test('a seek leaves a message whose time is ahead waiting', async (t) => {
   }
   clock.advanceSeconds(50);
   for (const subscription of ['plain', 'ordered', 'late']) {
-    t.same(await receive(broker, subscription), ['later'], `${subscription}: the last at its time`);
+    t.same(await receive(broker, subscription), ['later', 'later-2'], `${subscription}: the last at their time`);
   }
   // The topic's scheduled set names both until a later scheduled publish forgets them.
   const { data } = await topicData(broker, 'orders');
-  t.equal(await broker.redis.zcard(data.scheduled), 2);
+  t.equal(await broker.redis.zcard(data.scheduled), 3, 'the retaining topic keeps a scheduled set');
   await publish(broker, [{ data: b64('next'), deliveryDelay: '10s' }]);
-  t.equal(await broker.redis.zcard(data.scheduled), 1, 'a scheduled publish forgets the past ones');
+  t.equal(
+    await broker.redis.zcard(data.scheduled),
+    2,
+    'a scheduled publish forgets up to twice as many past ones as it adds',
+  );
   t.ok((await broker.redis.pttl(data.scheduled)) > 0, 'the set expires after its latest time');
+});
+
+t.test('a seek on a topic that retains nothing leaves what waits waiting', async (t) => {
+  const clock = new ManualClock();
+  const broker = await startBroker(t, { name: 'scheduled-seek-held', clock });
+  await broker.api('PUT', `${P}/topics/orders`, {});
+  await broker.api('PUT', `${P}/subscriptions/plain`, { topic: TOPIC });
+  await broker.api('PUT', `${P}/subscriptions/ordered`, { topic: TOPIC, enableMessageOrdering: true });
+  const startUs = Number(clock.scriptTime());
+  await publish(broker, [
+    { data: b64('later'), deliveryDelay: '100s' },
+    { data: b64('later-2'), deliveryDelay: '100s' },
+  ]);
+  await publish(broker, [
+    { data: b64('k1'), orderingKey: 'k', deliveryDelay: '50s' },
+    { data: b64('k2'), orderingKey: 'k' },
+  ]);
+  t.same(await receive(broker, 'plain', false), ['k2'], 'k2 is leased, not acked');
+  clock.advanceSeconds(10);
+  for (const subscription of ['plain', 'ordered']) {
+    const seek = await broker.api('POST', `${P}/subscriptions/${subscription}:seek`, {
+      time: formatTimestampUs(startUs - 1_000_000),
+    });
+    t.equal(seek.status, 200);
+  }
+  t.same(await receive(broker, 'plain'), ['k2'], 'the seek ended the lease; the rest waits');
+  t.same(await receive(broker, 'ordered'), [], 'key k waits for k1');
+  const { data } = await topicData(broker, 'orders');
+  t.equal(await broker.redis.exists(data.scheduled), 0, 'a topic that retains nothing keeps no scheduled set');
+  clock.advanceSeconds(40);
+  t.same(await receive(broker, 'plain'), ['k1']);
+  t.same(await receive(broker, 'ordered'), ['k1', 'k2']);
+  clock.advanceSeconds(50);
+  for (const subscription of ['plain', 'ordered']) t.same(await receive(broker, subscription), ['later', 'later-2']);
+});
+
+t.test('messages published together for one time wait as one entry, and count as all of them', async (t) => {
+  const clock = new ManualClock();
+  const broker = await startBroker(t, { name: 'scheduled-runs', clock });
+  await broker.api('PUT', `${P}/topics/orders`, {});
+  await broker.api('PUT', `${P}/subscriptions/work`, { topic: TOPIC });
+  await broker.api('PUT', `${P}/subscriptions/gone`, { topic: TOPIC });
+  const texts = Array.from({ length: 300 }, (_, i) => `m${i}`);
+  await publish(
+    broker,
+    texts.map((text, i) => ({ data: b64(text), ...(i === 150 ? {} : { deliveryDelay: i < 200 ? '60s' : '90s' }) })),
+  );
+  const { data, record } = await topicData(broker, 'orders');
+  const work = await broker.app.broker.subscriptions.read(
+    parseResourceName('subscriptions', 'projects/p/subscriptions/work'),
+  );
+  const sub = data.subscription(work.uid);
+  t.same(
+    await broker.redis.zrange(sub.delayed, 0, -1),
+    ['1000-1149', '1151-1199', '1200-1299'],
+    'three runs: one message between them is delivered at once, and the last hundred have another time',
+  );
+  t.equal(await broker.redis.hget(sub.config, 'inRuns'), '296', 'the runs stand for 296 more messages');
+  const backlog = async () => {
+    const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body;
+    const line = metrics.split('\n').find((l) => l.includes('subscription="projects/p/subscriptions/work"'));
+    return Number(line?.split(' ').pop());
+  };
+  t.equal(await backlog(), 300, 'the backlog gauge counts every message');
+  t.same(await receive(broker, 'work'), ['m150']);
+  clock.advanceSeconds(60);
+  const first = await pullNow(broker, 'work');
+  t.equal(first.length, 100, 'a pull takes what it may of the due runs');
+  t.same(
+    first.map((r: { message: { data: string } }) => unb64(r.message.data)),
+    texts.slice(0, 100),
+    'in publish order',
+  );
+  t.same(
+    await broker.redis.zrange(sub.delayed, 0, -1),
+    ['1151-1199', '1200-1299'],
+    'the first due run was taken apart into the ready list; the next waits for a pull',
+  );
+  t.equal(await broker.redis.hget(sub.config, 'inRuns'), '147');
+  t.equal(await backlog(), 299, 'still every unacknowledged message');
+  // Deleting a subscription releases what its runs hold: the bodies go once no one holds them.
+  t.equal((await broker.api('DELETE', `${P}/subscriptions/gone`)).status, 200);
+  await broker.api('DELETE', `${P}/subscriptions/work`);
+  await waitUntil(async () => (await broker.redis.exists(data.bodyBlock(1))) === 0, 5000);
+  t.equal(await broker.redis.exists(data.bodyBlock(1)), 0, 'no body is left behind');
+  t.ok(record.uid, 'the topic is still there');
 });
 
 t.test('bad delivery times are refused and store nothing', async (t) => {

@@ -46,11 +46,11 @@ for (const target of redisTargets()) {
     t.match(problem, /earlier version of the broker \(.*:messages\)/, 'a store with older bodies is refused');
     t.equal(await redis.get(older.storageFormat), null, 'and not claimed');
 
-    for (const format of ['2', '3']) {
+    for (const format of ['2', '3', '4']) {
       const upgraded = new Keys(uniquePrefix(`format-${format}`));
       await redis.set(upgraded.storageFormat, format);
       t.equal(await claimStorageFormat(redis, upgraded), undefined, `a store of format ${format} is claimed as it is`);
-      t.equal(await redis.get(upgraded.storageFormat), STORAGE_FORMAT, 'recorded as format 4 from then on');
+      t.equal(await redis.get(upgraded.storageFormat), STORAGE_FORMAT, 'recorded as format 5 from then on');
     }
 
     const other = new Keys(uniquePrefix('format-other'));
@@ -124,7 +124,7 @@ t.test('a store refused when Redis reconnects takes the region out of use', asyn
   t.teardown(() => app.close());
   const api = jsonApi(app);
   t.equal((await api('PUT', '/v1/projects/p/topics/orders', {})).status, 200, 'served');
-  await redis.set(keys.storageFormat, '5'); // another version took the store over meanwhile
+  await redis.set(keys.storageFormat, '6'); // another version took the store over meanwhile
   redis.disconnect(true); // and the connection was lost and made again
   t.ok(await waitUntil(() => problems.length > 0, 5_000), 'the check after the reconnect refused the store');
   t.equal((await api('GET', '/v1/projects/p/topics/orders')).status, 503, 'and the region is out of use');

@@ -365,7 +365,7 @@ const wrapperCases: WrapperCase[] = [
     what: 'publish, a message scheduled for later, two subscriptions',
     reply: published,
     moreKeys: 2 * 7, // seven per attached subscription when the publish schedules a message
-    moreArgv: 1 + 2 + 2, // one scheduled message, its index and time, and the bodies
+    moreArgv: 1 + 3 + 2, // one run of scheduled messages (first and last index, time), the bodies
     call: (scripts) =>
       publish(scripts, data, { ...publishCall(false, twoSubscriptions), scheduled: [{ index: 1, dueUs: 2_000_000 }] }),
   },

@@ -186,10 +186,11 @@ export interface ModifyAckDeadlineCall {
   /** The new deadline, in seconds from now; 0 nacks. */
   seconds: number;
   /**
-   * With seconds 0: the leases never reached a client, so they are given back without counting
-   * as a delivery attempt or waiting out a retry backoff.
+   * 'release', with seconds 0: the leases never reached a client, so they are given back without
+   * counting as a delivery attempt or waiting out a retry backoff. 'hold': the deadlines change
+   * only if every lease is valid (not expired), else nothing does.
    */
-  release?: boolean;
+  mode?: 'release' | 'hold';
   wakeChannel: string;
   /** Deliveries, "seq:gen". */
   members: readonly string[];
@@ -203,7 +204,7 @@ export async function modifyAckDeadline(
   const reply = await scripts.run(
     'modify-ack-deadline',
     [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates, sub.delayed],
-    [call.time, call.seconds, call.wakeChannel, call.release ? '1' : '', ...call.members],
+    [call.time, call.seconds, call.wakeChannel, call.mode ?? '', ...call.members],
   );
   return settled('modify-ack-deadline', reply as number[]);
 }

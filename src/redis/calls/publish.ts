@@ -39,7 +39,10 @@ export interface PublishCall {
   idempotencyKeys?: readonly string[];
   /** How long an idempotency key is remembered (µs): the topic's deduplicationWindow. */
   deduplicationWindowUs?: number;
-  /** The messages to deliver later than their publish time: index (from 0) and delivery time (µs). */
+  /**
+   * The messages to deliver later than their publish time, in message order: index (from 0) and
+   * delivery time (µs).
+   */
   scheduled?: readonly { index: number; dueUs: number }[];
 }
 
@@ -123,8 +126,14 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
   call.idempotencyKeys?.forEach((key, index) => {
     if (key !== '') keyedMessages.push(String(index + 1), key);
   });
-  args.push(String(keyedMessages.length / 2), ...keyedMessages, String(scheduled.length));
-  for (const { index, dueUs } of scheduled) args.push(String(index + 1), String(dueUs));
+  // Consecutive messages of one time go as one run: first and last index (from 1), and the time.
+  const runs: string[] = [];
+  for (const [at, { index, dueUs }] of scheduled.entries()) {
+    const previous = scheduled[at - 1];
+    if (previous && previous.index === index - 1 && previous.dueUs === dueUs) runs[runs.length - 2] = String(index + 1);
+    else runs.push(String(index + 1), String(index + 1), String(dueUs));
+  }
+  args.push(String(keyedMessages.length / 2), ...keyedMessages, String(runs.length / 3), ...runs);
   let reply: number[];
   try {
     reply = (await (call.staged
