@@ -266,5 +266,32 @@ for (const target of redisTargets()) {
       clock.advanceSeconds(1);
       t.same([await stored(broker.redis, subKeys), await stored(broker.redis, ordKeys)], before);
     });
+
+    // A forward whose forwarder stopped between its steps (dead-letters.ts) holds its message in
+    // the forwarding set, keyed ones also marked f: made here by hand from a lease.
+    await t.test('a message being forwarded to the dead-letter topic', async (t) => {
+      for (const [keys, id, keyed] of [
+        [subKeys, one, false],
+        [ordKeys, k1, true],
+      ] as const) {
+        const member = (await broker.redis.zrange(keys.leased, 0, -1)).find((m) => m.startsWith(`${id}:`))!;
+        const deadline = (await broker.redis.zscore(keys.leased, member))!;
+        await broker.redis.zrem(keys.leased, member);
+        await broker.redis.zadd(keys.forwarding, deadline, member);
+        if (keyed) {
+          const info = (await broker.redis.hget(keys.keyedDeliveries, id))!;
+          await broker.redis.hset(keys.keyedDeliveries, id, info.replace('|o|', '|f|'));
+        }
+      }
+      const forwarding = async (sub: string) =>
+        (await list(sub, '?state=FORWARDING')).body.messages.map((m: any) => [
+          m.message.messageId,
+          m.state,
+          m.deliveryAttempt,
+        ]);
+      t.same(await forwarding('bl-sub'), [[one, 'FORWARDING', 1]]);
+      t.same(await forwarding('bl-ord'), [[k1, 'FORWARDING', 1]], 'keyed: in the keyed set only');
+      t.equal((await api('GET', `${S}/bl-ord/backlog`)).body.forwardingMessageCount, 1);
+    });
   });
 }
