@@ -7,7 +7,7 @@ import { ManualClock } from '../../src/broker/clock.ts';
 import { Keys, type SubscriptionKeys } from '../../src/redis/keys.ts';
 import { startBroker, type TestBroker } from '../helpers/app.ts';
 import { redisTargets, type RedisClient } from '../helpers/redis.ts';
-import { badResourceName, client, invalid, notFound } from './_support.ts';
+import { badResourceName, client, failedPrecondition, invalid, notFound } from './_support.ts';
 
 const P = 'bl-project';
 const T = `/v1/projects/${P}/topics`;
@@ -250,6 +250,14 @@ for (const target of redisTargets()) {
           t.strictSame(reply.body, expected, url);
         }
       }
+      // A detached subscription has no messages to show.
+      t.equal((await api('PUT', `${S}/bl-detached`, { topic: `projects/${P}/topics/bl-topic` })).status, 200);
+      t.equal((await api('POST', `${S}/bl-detached:detach`, {})).status, 200);
+      const detached = failedPrecondition(
+        `The subscription projects/${P}/subscriptions/bl-detached is detached from its topic: it has no messages to pull or acknowledge.`,
+      );
+      t.strictSame((await list('bl-detached')).body, detached);
+      t.strictSame((await api('GET', `${S}/bl-detached/backlog`)).body, detached);
       // A token of one query is no token of another.
       const token = (await list('bl-sub', '?pageSize=1')).body.nextPageToken;
       t.strictSame(
