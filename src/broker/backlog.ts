@@ -13,7 +13,7 @@ import { readBodies } from './bodies.ts';
 import type { CallContext } from './call-context.ts';
 import { formatTimestampUs } from './durations.ts';
 import { parseFilter } from './filter.ts';
-import { unpackMessage } from './message-codec.ts';
+import { type StoredMessage, unpackMessage } from './message-codec.ts';
 import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
 import type { ReceivedMessage } from './pull.ts';
@@ -173,13 +173,7 @@ export class BacklogService {
         if (request.publishTimeStartUs !== undefined && stored.publishTimeUs < request.publishTimeStartUs) continue;
         if (request.publishTimeEndUs !== undefined && stored.publishTimeUs >= request.publishTimeEndUs) continue;
         if (filter && !filter.matches(stored.attributes)) continue;
-        const message: ReceivedMessage['message'] = {
-          messageId: messageId(region.name, wanted[i].seq),
-          publishTime: formatTimestampUs(stored.publishTimeUs),
-        };
-        if (request.view === 'FULL' && stored.data.length > 0) message.data = stored.data;
-        if (stored.attributes) message.attributes = stored.attributes;
-        if (stored.orderingKey) message.orderingKey = stored.orderingKey;
+        const message = renderMessage(messageId(region.name, wanted[i].seq), stored, request.view === 'FULL');
         messages.push(backlogMessage(message, wanted[i]));
       }
       if (read.next) {
@@ -225,15 +219,7 @@ export class BacklogService {
     const { region, seq } = this.parseMessageId(id);
     const [body] = await readBodies(region.ctx.redis, region.ctx.keys.topicData(topic.uid), [seq]);
     if (!body) throw notFound(id);
-    const stored = unpackMessage(body);
-    const message: ReceivedMessage['message'] = {
-      messageId: id,
-      publishTime: formatTimestampUs(stored.publishTimeUs),
-    };
-    if (stored.data.length > 0) message.data = stored.data;
-    if (stored.attributes) message.attributes = stored.attributes;
-    if (stored.orderingKey) message.orderingKey = stored.orderingKey;
-    return message;
+    return renderMessage(id, unpackMessage(body), true);
   }
 
   /** The region and seq a message ID names (message-ids.ts); INVALID_ARGUMENT for no ID this broker issues. */
@@ -249,6 +235,15 @@ export class BacklogService {
     if (!region.usable) throw unavailable(`The message store of region ${region.name} cannot be reached.`);
     return { region, seq: match[2] };
   }
+}
+
+/** A stored message as a received one is written (pull.ts), its data only when asked for. */
+function renderMessage(id: string, stored: StoredMessage, withData: boolean): ReceivedMessage['message'] {
+  const message: ReceivedMessage['message'] = { messageId: id, publishTime: formatTimestampUs(stored.publishTimeUs) };
+  if (withData && stored.data.length > 0) message.data = stored.data;
+  if (stored.attributes) message.attributes = stored.attributes;
+  if (stored.orderingKey) message.orderingKey = stored.orderingKey;
+  return message;
 }
 
 function backlogMessage(message: ReceivedMessage['message'], entry: BacklogEntry): BacklogMessage {
