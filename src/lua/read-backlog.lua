@@ -37,8 +37,9 @@
              {REPLY_NO_SUBSCRIPTION}  the subscription is not attached here
   Invariant: writes nothing. A message that stays in its stream and keeps its place (a lease its
              deadline, a delayed entry its time) is returned once over the pages from the start
-             to the end, never skipped; the work of one call is bounded by the budget (plus a
-             binary search of O(log n) entries to find a position in a sorted set).
+             to the end, never skipped; one call reads at most the budget's entries after the
+             position, plus what finding the position takes: a window of at most the budget of
+             the ready list, or a binary search of O(log n) entries of a sorted set.
 ]]
 local config_key, ready_key, leased_key, delayed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local forwarding_key, keyed_key, deliveries_key = KEYS[5], KEYS[6], KEYS[7]
