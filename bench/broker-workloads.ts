@@ -154,6 +154,8 @@ export async function pullAckWorkload(options: {
   timeoutMs: number;
   /** Sees every pulled batch before it is acked (e.g. an ordering check). */
   onBatch?: (batch: PulledMessage[]) => void;
+  /** Acknowledges a pulled batch its own way (default: one :acknowledge); latencies by request kind. */
+  settle?: (batch: PulledMessage[], latency: (kind: string, started: number) => void) => Promise<void>;
 }): Promise<ThroughputResult> {
   const { client } = options;
   const pullPath = `${subscriptionPath(options.subscriptionId)}:pull`;
@@ -161,6 +163,11 @@ export async function pullAckWorkload(options: {
   const pullBody = Buffer.from(JSON.stringify({ maxMessages: options.maxMessages, returnImmediately: true }));
   const pullLatency = new Latency();
   const ackLatency = new Latency();
+  const settleLatencies = new Map<string, Latency>();
+  const settleLatency = (kind: string, started: number) => {
+    if (!settleLatencies.has(kind)) settleLatencies.set(kind, new Latency());
+    settleLatencies.get(kind)!.since(started);
+  };
   let received = 0;
   let acked = 0;
   let pulls = 0;
@@ -184,6 +191,11 @@ export async function pullAckWorkload(options: {
       }
       received += batch.length;
       options.onBatch?.(batch);
+      if (options.settle) {
+        await options.settle(batch, settleLatency);
+        acked += batch.length;
+        continue;
+      }
       const ackBody = JSON.stringify({ ackIds: batch.map((m) => m.ackId) });
       const ackStarted = performance.now();
       const ack = await client.request('POST', ackPath, ackBody);
@@ -205,7 +217,12 @@ export async function pullAckWorkload(options: {
     messages: acked,
     seconds,
     msgPerSec: acked / seconds,
-    latency: { pull: pullLatency.summary(), ack: ackLatency.summary() },
+    latency: options.settle
+      ? {
+          pull: pullLatency.summary(),
+          ...Object.fromEntries([...settleLatencies].map(([kind, latency]) => [kind, latency.summary()])),
+        }
+      : { pull: pullLatency.summary(), ack: ackLatency.summary() },
     notes: {
       pulls,
       emptyPulls,

@@ -7,8 +7,8 @@
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
- *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled
- *                           (default all)
+ *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled,
+ *                           outbox (default all)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -49,6 +49,7 @@ export const WORKLOAD_NAMES = [
   'regions',
   'clients',
   'scheduled',
+  'outbox',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 

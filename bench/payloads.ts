@@ -101,3 +101,18 @@ export class StampedBodies {
     return Buffer.from(data.slice(0, 12), 'base64').readDoubleLE(0);
   }
 }
+
+/**
+ * Publish bodies whose every message carries an idempotency key no other message of the run has
+ * ("<run>-<request>-<message>"): `body(i)` builds request i from a pool of payloads.
+ */
+export function idempotentBodies(batch: number, bytes: number, run: string): (request: number) => Buffer {
+  const payloads = randomPayloads(64, bytes);
+  return (request) => {
+    const messages = Array.from(
+      { length: batch },
+      (_, i) => `{"data":"${payloads[(request + i) % payloads.length]}","idempotencyKey":"${run}-${request}-${i}"}`,
+    );
+    return Buffer.from(`{"messages":[${messages.join(',')}]}`);
+  };
+}

@@ -87,8 +87,11 @@ export const KEYS = {
   clientPullRaw: 'pull+ack, bench HTTP client (REST)',
   publishNow: 'publish (delivered at once)',
   publishScheduled: 'publish (with a delivery time)',
+  publishIdempotent: 'publish (each with an idempotency key)',
   pullNow: 'pull+ack (published for now)',
   pullFallenDue: 'pull+ack (all falling due at one moment)',
+  ackThenPublish: 'pull, ack, publish a follow-up each (two calls)',
+  ackAndPublish: 'pull, acknowledgeAndPublish (one call)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -175,6 +178,7 @@ const BARS = {
   retainedShare: 0.85,
   push: 10_000,
   scheduledPublishShare: 0.8,
+  idempotentPublishShare: 0.7,
   fallenDueShare: 0.5,
 };
 
@@ -201,6 +205,14 @@ export function computeRatios(results: BenchResults): void {
     'publish with a delivery time / without': ratio(
       rate(results, KEYS.publishScheduled),
       rate(results, KEYS.publishNow),
+    ),
+    'publish with idempotency keys / without': ratio(
+      rate(results, KEYS.publishIdempotent),
+      rate(results, KEYS.publishNow),
+    ),
+    'acknowledgeAndPublish / ack + publish': ratio(
+      rate(results, KEYS.ackAndPublish),
+      rate(results, KEYS.ackThenPublish),
     ),
     'pull+ack fallen due at once / published for now': ratio(
       rate(results, KEYS.pullFallenDue),
@@ -354,6 +366,14 @@ export function computeBars(results: BenchResults): void {
     [KEYS.publishScheduled, KEYS.publishNow],
   );
   atLeast(
+    'publish with an idempotency key per message vs without',
+    results.ratios['publish with idempotency keys / without'],
+    BARS.idempotentPublishShare,
+    times,
+    '>= 0.70x',
+    [KEYS.publishIdempotent, KEYS.publishNow],
+  );
+  atLeast(
     'pull+ack of messages falling due at one moment vs published for now',
     results.ratios['pull+ack fallen due at once / published for now'],
     BARS.fallenDueShare,
@@ -451,6 +471,8 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
     [KEYS.pullRetained]: fmtRatio(results.ratios['pull+ack retaining acked messages / not'], 'not retained'),
     [KEYS.publishScheduled]: fmtRatio(results.ratios['publish with a delivery time / without'], 'at once'),
+    [KEYS.publishIdempotent]: fmtRatio(results.ratios['publish with idempotency keys / without'], 'without keys'),
+    [KEYS.ackAndPublish]: fmtRatio(results.ratios['acknowledgeAndPublish / ack + publish'], 'two calls'),
     [KEYS.pullFallenDue]: fmtRatio(
       results.ratios['pull+ack fallen due at once / published for now'],
       'published for now',

@@ -15,6 +15,8 @@ import {
   publishWorkload,
   pullAckWorkload,
   subscriptionPath,
+  topicPath,
+  type PulledMessage,
   type ThroughputResult,
 } from './broker-workloads.ts';
 import { messageOrigin } from '../src/broker/message-ids.ts';
@@ -25,7 +27,7 @@ import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
 import { sleep } from './stats.ts';
-import { OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
+import { idempotentBodies, OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
   cleanup,
   cleanupSync,
@@ -55,6 +57,8 @@ import {
 const KEY_PREFIX = 'bench';
 /** How far ahead the scheduled workload sets its delivery time: past the end of its publish. */
 const SCHEDULED_LEAD_MS = 20_000;
+/** Messages per pull in the outbox workload, each batch settled with its follow-ups. */
+const OUTBOX_BATCH = 100;
 /** The regions of the regions workload; pulls and acks all go through the first one's endpoint. */
 const REGION_NAMES = ['region-a', 'region-b'];
 const config = loadBenchConfig();
@@ -807,8 +811,9 @@ async function main(): Promise<void> {
     };
 
     /**
-     * Scheduled delivery: a publish whose every message carries a delivery time against one
-     * without, back to back on two topics; then pull+ack of the messages published for now
+     * Scheduled delivery and idempotent publish: a publish whose every message carries a delivery
+     * time, and one whose every message carries an idempotency key of its own, against one
+     * without, back to back on three topics; then pull+ack of the messages published for now
      * against the same number that all fall due at one moment (their time is set past the end
      * of their publish, and the drain starts once it has come).
      */
@@ -818,18 +823,34 @@ async function main(): Promise<void> {
       await createTopic(client, now, [{ id: now }]);
       await createTopic(client, later, [{ id: later }]);
       record(KEYS.publishNow, await measure(KEYS.publishNow, () => publishMessages(KEYS.publishNow, now)));
-      // Far enough ahead for the publish to end before it on a slow machine, near enough not
-      // to keep the run waiting long.
-      const dueAtMs = Date.now() + SCHEDULED_LEAD_MS;
-      const dueAt = new Date(dueAtMs).toISOString();
-      const scheduledBodies = publishBodies(64, config.publishBatch, config.dataBytes, () => ({
-        'pubsub-broker/delivery-time': dueAt,
-      }));
+      // Idempotent publish, on a third topic: every message with a key of its own.
+      const keyed = 'bench-idempotent';
+      await createTopic(client, keyed, [{ id: keyed }]);
+      record(
+        KEYS.publishIdempotent,
+        await measure(KEYS.publishIdempotent, () =>
+          publishMessages(KEYS.publishIdempotent, keyed, messages, {
+            body: idempotentBodies(config.publishBatch, config.dataBytes, String(Date.now())),
+          }),
+        ),
+      );
+      await deleteTopic(client, keyed, [keyed]);
+      // The delivery time is set when the publish starts (a phase may first wait for a quiet
+      // machine): far enough ahead for it to end before, near enough not to keep the run waiting.
+      let dueAtMs = 0;
+      let publishEndedBeforeDue = false;
       record(
         KEYS.publishScheduled,
-        await measure(KEYS.publishScheduled, () =>
-          publishMessages(KEYS.publishScheduled, later, messages, { bodies: scheduledBodies }),
-        ),
+        await measure(KEYS.publishScheduled, async () => {
+          dueAtMs = Date.now() + SCHEDULED_LEAD_MS;
+          const dueAt = new Date(dueAtMs).toISOString();
+          const scheduledBodies = publishBodies(64, config.publishBatch, config.dataBytes, () => ({
+            'pubsub-broker/delivery-time': dueAt,
+          }));
+          const published = await publishMessages(KEYS.publishScheduled, later, messages, { bodies: scheduledBodies });
+          publishEndedBeforeDue = Date.now() < dueAtMs;
+          return published;
+        }),
       );
       const drain = (workload: string, subscriptionId: string) =>
         pullAckWorkload({
@@ -842,21 +863,92 @@ async function main(): Promise<void> {
           timeoutMs: config.timeoutMs,
         });
       record(KEYS.pullNow, await measure(KEYS.pullNow, () => drain(KEYS.pullNow, now)));
-      const early = (await client.json('POST', `${subscriptionPath(later)}:pull`, {
-        maxMessages: 10,
-        returnImmediately: true,
-      })) as { receivedMessages?: unknown[] };
-      const publishEndedBeforeDue = Date.now() < dueAtMs;
-      if (early.receivedMessages?.length && publishEndedBeforeDue) {
-        throw new Error(`${KEYS.pullFallenDue}: a message was delivered before its delivery time`);
+      // Well before the time, a pull finds nothing (one that did would lease what it found).
+      if (publishEndedBeforeDue && Date.now() < dueAtMs - 1000) {
+        const early = (await client.json('POST', `${subscriptionPath(later)}:pull`, {
+          maxMessages: 10,
+          returnImmediately: true,
+        })) as { receivedMessages?: unknown[] };
+        if (early.receivedMessages?.length) {
+          throw new Error(`${KEYS.pullFallenDue}: a message was delivered before its delivery time`);
+        }
       }
-      log(`waiting ${((dueAtMs - Date.now()) / 1000).toFixed(1)} s for the delivery time...`);
+      log(`waiting ${(Math.max(0, dueAtMs - Date.now()) / 1000).toFixed(1)} s for the delivery time...`);
       await sleep(Math.max(0, dueAtMs - Date.now()) + 100);
       const fallenDue = await measure(KEYS.pullFallenDue, () => drain(KEYS.pullFallenDue, later));
       fallenDue.notes = { ...fallenDue.notes, publishEndedBeforeDue: String(publishEndedBeforeDue) };
       record(KEYS.pullFallenDue, fallenDue);
       await deleteTopic(client, now, [now]);
       await deleteTopic(client, later, [later]);
+    };
+
+    /**
+     * The outbox step: drains of two backlogs in which every message gets a follow-up on a third
+     * topic, one acknowledging and then publishing the follow-ups in two calls, the other with
+     * one :acknowledgeAndPublish (which holds the leases, publishes, then acknowledges).
+     */
+    const outboxWorkload = async () => {
+      const followUps = 'bench-outbox-follow-ups';
+      const followUpTopic = `projects/${PROJECT}/topics/${followUps}`;
+      await createTopic(client, followUps, [{ id: followUps }]);
+      const drains = [
+        { key: KEYS.ackThenPublish, topicId: 'bench-outbox-two-calls' },
+        { key: KEYS.ackAndPublish, topicId: 'bench-outbox-one-call' },
+      ];
+      for (const { key, topicId } of drains) {
+        await createTopic(client, topicId, [{ id: topicId }]);
+        await publishMessages(`${key} (backlog)`, topicId);
+      }
+      const followUpsOf = (batch: PulledMessage[]) =>
+        batch.map((m) => ({ data: Buffer.from(`done ${m.message.messageId}`).toString('base64') }));
+      const send = async (
+        kind: string,
+        path: string,
+        body: unknown,
+        latency: (kind: string, started: number) => void,
+      ) => {
+        const started = performance.now();
+        const response = await client.request('POST', path, JSON.stringify(body));
+        latency(kind, started);
+        if (response.status !== 200)
+          throw new Error(`${kind} -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+      };
+      for (const { key, topicId } of drains) {
+        const oneCall = key === KEYS.ackAndPublish;
+        record(
+          key,
+          await measure(key, () =>
+            pullAckWorkload({
+              workload: key,
+              client,
+              subscriptionId: topicId,
+              messages,
+              maxMessages: OUTBOX_BATCH,
+              concurrency: c,
+              timeoutMs: config.timeoutMs,
+              settle: async (batch, latency) => {
+                const ackIds = batch.map((m) => m.ackId);
+                if (oneCall) {
+                  await send(
+                    'acknowledgeAndPublish',
+                    `${subscriptionPath(topicId)}:acknowledgeAndPublish`,
+                    {
+                      ackIds,
+                      publish: [{ topic: followUpTopic, messages: followUpsOf(batch) }],
+                    },
+                    latency,
+                  );
+                } else {
+                  await send('ack', `${subscriptionPath(topicId)}:acknowledge`, { ackIds }, latency);
+                  await send('publish', `${topicPath(followUps)}:publish`, { messages: followUpsOf(batch) }, latency);
+                }
+              },
+            }),
+          ),
+        );
+      }
+      for (const { topicId } of drains) await deleteTopic(client, topicId, [topicId]);
+      await deleteTopic(client, followUps, [followUps]);
     };
 
     // Warm-up: JIT, connection pools, script cache. Not reported.
@@ -936,6 +1028,7 @@ async function main(): Promise<void> {
     }
     if (runs('policies')) await policiesWorkload();
     if (runs('scheduled')) await scheduledWorkload();
+    if (runs('outbox')) await outboxWorkload();
     if (runs('replay')) await replayWorkload();
     if (runs('push')) {
       record(

@@ -26,7 +26,8 @@ export interface AckAndPublishRequest {
  *      a publish takes), all or nothing per region; an ack ID that is not current refuses the
  *      call, with nothing published;
  *   2. publish: each message with an idempotency key derived from the subscription, the
- *      messages acknowledged and its place in the request (unless it has its own), so that the
+ *      messages acknowledged and its place in the request (unless it has its own: a digest of
+ *      the first two, then publish group and index), so that the
  *      same call again, or again after a redelivery of the same messages, stores nothing twice
  *      within the topic's deduplicationWindow;
  *   3. acknowledge.
@@ -59,12 +60,13 @@ export class AckAndPublish {
     this.announce(record, held, holdSeconds);
 
     const processed = [...new Set([...deliveries.values()].map((d) => messageId(d!.region, d!.seq)))].sort();
+    const callKey = processingKey(record.name, processed);
     const messageIds: string[][] = [];
     for (const [group, { topic, messages }] of request.publish.entries()) {
       const keyed = messages.map((message, index) =>
         message.idempotencyKey !== undefined || message.attributes?.[IDEMPOTENCY_KEY_ATTRIBUTE] !== undefined
           ? message
-          : { ...message, idempotencyKey: derivedKey(record.name, processed, group, index) },
+          : { ...message, idempotencyKey: `${callKey}/${group}/${index}` },
       );
       messageIds.push((await this.publisher.publish(topic, keyed)).messageIds);
     }
@@ -81,10 +83,13 @@ export class AckAndPublish {
   }
 }
 
-/** The idempotency key of message `index` of publish group `group` in a call that processed `processed`. */
-function derivedKey(subscription: string, processed: string[], group: number, index: number): string {
+/**
+ * What the idempotency keys of a call's messages start with: a digest of the subscription and
+ * the messages it acknowledges (their IDs, sorted), the same whenever they are processed again.
+ */
+function processingKey(subscription: string, processed: string[]): string {
   const digest = createHash('sha256')
-    .update(JSON.stringify([subscription, processed, group, index]))
+    .update(JSON.stringify([subscription, processed]))
     .digest();
   return `ack-and-publish/${digest.toString('base64url')}`;
 }
