@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { checkProject, parseResourceName, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
+import { backlogPageJson, parseListBacklogQuery } from '../src/schemas/backlog.ts';
 import { receivedMessagesJson } from '../src/schemas/received-json.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import { decodePublishMessages } from '../src/schemas/messages.ts';
@@ -58,6 +59,15 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     await broker.replay.seek(caller(), name, parseBody(seekBodySchema, request.body, 'seek request'));
     return {};
   });
+  // The queryable backlog (an extension of Pub/Sub): read-only views, no use of the subscription.
+  app.get<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}/messages`, async (request) => {
+    const name = subscriptionName(request.params);
+    const page = await broker.backlog.list(caller(), name, parseListBacklogQuery(request.query));
+    return backlogPageJson(page.messages, page.nextPageToken);
+  });
+  app.get<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}/backlog`, (request) =>
+    broker.backlog.counts(caller(), subscriptionName(request.params)),
+  );
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/subscriptions', (request) =>
     broker.subscriptions.list(caller(), checkProject(request.params.project), request.query),
   );

@@ -3,6 +3,7 @@ import { invalidJsonBody } from '../src/errors.ts';
 import { refusedByJsonParse } from '../src/json-body.ts';
 import { checkProject, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
+import { messageJson } from '../src/schemas/backlog.ts';
 import { parseBody } from '../src/schemas/common.ts';
 import { decodePublishMessages, publishBodySchema } from '../src/schemas/messages.ts';
 import { topicBodySchema, updateTopicBodySchema } from '../src/schemas/topics.ts';
@@ -44,6 +45,14 @@ export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions
   );
   app.get<{ Params: TopicParams; Querystring: PageRequest }>(`${TOPIC_PATH}/subscriptions`, (request) =>
     broker.topics.listSubscriptions(caller(), topicName(request.params), request.query),
+  );
+  // The queryable backlog (an extension of Pub/Sub): one stored message.
+  app.get<{ Params: TopicParams & { messageId: string } }>(
+    `${TOPIC_PATH}/messages/:messageId([^:/]+)`,
+    async (request) => {
+      const name = topicName(request.params);
+      return { message: messageJson(await broker.backlog.message(caller(), name, request.params.messageId)) };
+    },
   );
   app.post<{ Params: TopicParams }>(
     `${TOPIC_PATH}::publish`,

@@ -2,6 +2,7 @@ import type { RedisClient } from '../redis/client.ts';
 import { Keys } from '../redis/keys.ts';
 import { Scripts } from '../redis/scripts.ts';
 import { ackIdCodecLoader } from './ack-id.ts';
+import { BacklogService } from './backlog.ts';
 import { type Clock, nowUs as clockNowUs, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
@@ -93,6 +94,7 @@ export interface Broker {
   push: PushService;
   snapshots: SnapshotService;
   replay: ReplayService;
+  backlog: BacklogService;
   /**
    * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions and
    * snapshots past their expireTime deleted, retained logs expired.
@@ -142,6 +144,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
   const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions);
   const replay = new ReplayService(regions, topics, subscriptions, snapshots);
+  const backlog = new BacklogService(regions, subscriptions, topics);
   // No region serves until its store is known to be in this broker's storage format.
   const stopGuards = await Promise.all(
     regions.all.map((region) =>
@@ -202,6 +205,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     push,
     snapshots,
     replay,
+    backlog,
     collectGarbage,
     close: () => (closing ??= close()),
   };

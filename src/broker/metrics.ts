@@ -1,3 +1,4 @@
+import { countBacklog } from '../redis/calls/backlog.ts';
 import type { Regions } from './regions.ts';
 import type { SubscriptionRecord } from './records.ts';
 
@@ -9,12 +10,8 @@ export interface RegionBacklog {
 }
 
 /**
- * Every subscription's un-acked messages in every usable region, read without a script (a
- * gauge may be a moment stale). Unordered: the ready list, the delayed set (retry backoffs, and
- * messages scheduled for later: a run entry stands for its config's inRuns more), the leases and the forwarding set (on its way to the dead-letter topic). Ordered: keyed
- * messages all live in `keyed`, so they are counted there, and taken out of the ready list and
- * the delayed set (one `k:` marker per queued key) and of the leases and the forwarding set
- * (each busy key's outstanding count).
+ * Every subscription's un-acked messages in every usable region: count-backlog.lua, the count
+ * the backlog view gives (BacklogService.counts); 0 where a subscription is not attached.
  */
 export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]> {
   const { redis, keys } = regions.requireLocal().ctx;
@@ -23,23 +20,11 @@ export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]
     .sort((a, b) => (a.name < b.name ? -1 : 1));
   const backlog: RegionBacklog[] = [];
   for (const region of regions.localFirst()) {
-    const { redis: regionRedis, keys: regionKeys } = region.ctx;
+    const { scripts, keys: regionKeys } = region.ctx;
     const counts = await Promise.all(
       records.map(async (record) => {
-        const sub = regionKeys.topicData(record.topicUid).subscription(record.uid);
-        const [ready, delayedEntries, inRuns, leased, forwarding] = await Promise.all([
-          regionRedis.llen(sub.ready),
-          regionRedis.zcard(sub.delayed),
-          regionRedis.hget(sub.config, 'inRuns'),
-          regionRedis.zcard(sub.leased),
-          regionRedis.zcard(sub.forwarding),
-        ]);
-        const delayed = delayedEntries + Number(inRuns ?? 0);
-        if (!record.enableMessageOrdering) return ready + delayed + leased + forwarding;
-        const [keyed, keyStates] = await Promise.all([regionRedis.zcard(sub.keyed), regionRedis.hvals(sub.keyStates)]);
-        const queuedKeys = keyStates.filter((state) => state === 'q').length;
-        const outstandingKeyed = keyStates.reduce((sum, state) => sum + (state === 'q' ? 0 : Number(state)), 0);
-        return ready + delayed - queuedKeys + leased + forwarding - outstandingKeyed + keyed;
+        const counted = await countBacklog(scripts, regionKeys.topicData(record.topicUid).subscription(record.uid));
+        return counted.kind === 'counted' ? counted.unacked : 0;
       }),
     );
     records.forEach((record, i) => {

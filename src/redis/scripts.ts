@@ -37,6 +37,8 @@ export const SCRIPT_NAMES = [
   'expire-log',
   'create-snapshot',
   'drop-snapshot',
+  'read-backlog',
+  'count-backlog',
 ] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 

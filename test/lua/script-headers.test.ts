@@ -44,6 +44,7 @@ import {
   pull,
   touchSubscription,
 } from '../../src/redis/calls/delivery.ts';
+import { countBacklog, readBacklog } from '../../src/redis/calls/backlog.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
 import { createSnapshot, dropSnapshot, expireLog, seek } from '../../src/redis/calls/retention.ts';
 import { Keys } from '../../src/redis/keys.ts';
@@ -490,6 +491,22 @@ const wrapperCases: WrapperCase[] = [
         snapshot: data.snapshot('0123456789abcdef'),
         maxLifeUs: 1_000_000,
       }),
+  },
+  {
+    what: 'read-backlog',
+    reply: [codes.REPLY_OK, 1, '', '', '', 'r', '1000', '0', '1000', 'a', 0, ''],
+    call: (scripts) =>
+      readBacklog(scripts, sub, {
+        streams: ['r', 'k'],
+        after: { stream: 'r', a: '1001', b: '0' },
+        budget: 10,
+        orderingKey: '',
+      }),
+  },
+  {
+    what: 'count-backlog',
+    reply: [codes.REPLY_OK, 3, 1, 0],
+    call: (scripts) => countBacklog(scripts, sub),
   },
   {
     what: 'drop-snapshot',
