@@ -8,7 +8,8 @@
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
  *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled,
- *                           outbox (default all)
+ *                           outbox, backlog (default all)
+ *   BENCH_BACKLOG_MESSAGES  the large backlog the backlog pages are read from (default 1000000)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -50,6 +51,7 @@ export const WORKLOAD_NAMES = [
   'clients',
   'scheduled',
   'outbox',
+  'backlog',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
@@ -72,6 +74,7 @@ export interface BenchConfig {
   clientReceiveRounds: number;
   policiesRounds: number;
   seekMessages: number;
+  backlogMessages: number;
   only: Set<WorkloadName>;
   brokerNodeArgs: string[];
   brokerEntry?: string;
@@ -121,6 +124,7 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     clientReceiveRounds: positiveInt(env, 'BENCH_CLIENT_RECEIVE_ROUNDS', 3),
     policiesRounds: positiveInt(env, 'BENCH_POLICIES_ROUNDS', 3),
     seekMessages: positiveInt(env, 'BENCH_SEEK_MESSAGES', 1_000_000),
+    backlogMessages: positiveInt(env, 'BENCH_BACKLOG_MESSAGES', 1_000_000),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     brokerEntry: env.BENCH_BROKER_ENTRY || undefined,

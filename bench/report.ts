@@ -92,6 +92,8 @@ export const KEYS = {
   pullFallenDue: 'pull+ack (all falling due at one moment)',
   ackThenPublish: 'pull, ack, publish a follow-up each (two calls)',
   ackAndPublish: 'pull, acknowledgeAndPublish (one call)',
+  backlogPagesSmall: 'backlog pages of 1,000 (10,000 waiting)',
+  backlogPagesLarge: 'backlog pages of 1,000 (large backlog)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -179,6 +181,7 @@ const BARS = {
   push: 10_000,
   scheduledPublishShare: 0.8,
   idempotentPublishShare: 0.7,
+  backlogPageGrowth: 1.5,
   fallenDueShare: 0.5,
 };
 
@@ -205,6 +208,10 @@ export function computeRatios(results: BenchResults): void {
     'publish with a delivery time / without': ratio(
       rate(results, KEYS.publishScheduled),
       rate(results, KEYS.publishNow),
+    ),
+    'backlog page p50, large / 10,000 waiting': ratio(
+      results.workloads[KEYS.backlogPagesLarge]?.latency.page?.p50Ms,
+      results.workloads[KEYS.backlogPagesSmall]?.latency.page?.p50Ms,
     ),
     'publish with idempotency keys / without': ratio(
       rate(results, KEYS.publishIdempotent),
@@ -365,6 +372,15 @@ export function computeBars(results: BenchResults): void {
     '>= 0.80x',
     [KEYS.publishScheduled, KEYS.publishNow],
   );
+  below(
+    'backlog page of 1,000: large backlog vs 10,000 (p50)',
+    results.ratios['backlog page p50, large / 10,000 waiting'] ?? undefined,
+    BARS.backlogPageGrowth,
+    times,
+    '<= 1.50x',
+    true,
+    [KEYS.backlogPagesLarge, KEYS.backlogPagesSmall],
+  );
   atLeast(
     'publish with an idempotency key per message vs without',
     results.ratios['publish with idempotency keys / without'],
@@ -471,6 +487,7 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
     [KEYS.pullRetained]: fmtRatio(results.ratios['pull+ack retaining acked messages / not'], 'not retained'),
     [KEYS.publishScheduled]: fmtRatio(results.ratios['publish with a delivery time / without'], 'at once'),
+    [KEYS.backlogPagesLarge]: fmtRatio(results.ratios['backlog page p50, large / 10,000 waiting'], '10,000 (p50)'),
     [KEYS.publishIdempotent]: fmtRatio(results.ratios['publish with idempotency keys / without'], 'without keys'),
     [KEYS.ackAndPublish]: fmtRatio(results.ratios['acknowledgeAndPublish / ack + publish'], 'two calls'),
     [KEYS.pullFallenDue]: fmtRatio(
@@ -513,6 +530,7 @@ export function renderReport(results: BenchResults): string {
     KEYS.pullPolicies,
     KEYS.push,
     KEYS.pullFallenDue,
+    KEYS.backlogPagesLarge,
     KEYS.clientReceiveGrpc,
     KEYS.clientReceiveGrpcOpen,
     KEYS.clientReceiveWs,

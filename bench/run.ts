@@ -26,7 +26,7 @@ import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from 
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
-import { sleep } from './stats.ts';
+import { Latency, sleep } from './stats.ts';
 import { idempotentBodies, OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
   cleanup,
@@ -59,6 +59,8 @@ const KEY_PREFIX = 'bench';
 const SCHEDULED_LEAD_MS = 20_000;
 /** Messages per pull in the outbox workload, each batch settled with its follow-ups. */
 const OUTBOX_BATCH = 100;
+/** Pages of 1,000 read from each backlog in the backlog workload. */
+const BACKLOG_PAGES = 10;
 /** The regions of the regions workload; pulls and acks all go through the first one's endpoint. */
 const REGION_NAMES = ['region-a', 'region-b'];
 const config = loadBenchConfig();
@@ -951,6 +953,46 @@ async function main(): Promise<void> {
       await deleteTopic(client, followUps, [followUps]);
     };
 
+    /**
+     * The backlog view: pages of 1,000 available messages (full view, data included) read one
+     * after the other from a subscription with 10,000 waiting, then again once
+     * BENCH_BACKLOG_MESSAGES wait; rate = messages read per second, latency per page.
+     */
+    const backlogWorkload = async () => {
+      const topicId = 'bench-backlog';
+      await createTopic(client, topicId, [{ id: topicId }]);
+      const readPages = (workload: string) => async (): Promise<ThroughputResult> => {
+        const latency = new Latency();
+        let read = 0;
+        let token = '';
+        const started = performance.now();
+        for (let page = 0; page < BACKLOG_PAGES; page++) {
+          const query = `pageSize=1000&state=AVAILABLE${token ? `&pageToken=${encodeURIComponent(token)}` : ''}`;
+          const pageStarted = performance.now();
+          const response = await client.request('GET', `${subscriptionPath(topicId)}/messages?${query}`);
+          latency.since(pageStarted);
+          if (response.status !== 200) {
+            throw new Error(`${workload} -> HTTP ${response.status}: ${response.body.toString().slice(0, 300)}`);
+          }
+          const body = JSON.parse(response.body.toString()) as { messages?: unknown[]; nextPageToken?: string };
+          read += body.messages?.length ?? 0;
+          token = body.nextPageToken ?? '';
+        }
+        const seconds = (performance.now() - started) / 1000;
+        return { workload, messages: read, seconds, msgPerSec: read / seconds, latency: { page: latency.summary() } };
+      };
+      const small = roundToBatch(10_000);
+      await publishMessages(`${KEYS.backlogPagesSmall} (backlog)`, topicId, small);
+      record(KEYS.backlogPagesSmall, await measure(KEYS.backlogPagesSmall, readPages(KEYS.backlogPagesSmall)));
+      const large = roundToBatch(config.backlogMessages);
+      log(`backlog: publishing ${(large - small).toLocaleString('en-US')} more messages...`);
+      await publishMessages(`${KEYS.backlogPagesLarge} (backlog)`, topicId, large - small);
+      const largePages = await measure(KEYS.backlogPagesLarge, readPages(KEYS.backlogPagesLarge));
+      largePages.notes = { waiting: large };
+      record(KEYS.backlogPagesLarge, largePages);
+      await deleteTopic(client, topicId, [topicId]);
+    };
+
     // Warm-up: JIT, connection pools, script cache. Not reported.
     if (config.warmupMessages > 0) {
       const warm = roundToBatch(config.warmupMessages);
@@ -1029,6 +1071,7 @@ async function main(): Promise<void> {
     if (runs('policies')) await policiesWorkload();
     if (runs('scheduled')) await scheduledWorkload();
     if (runs('outbox')) await outboxWorkload();
+    if (runs('backlog')) await backlogWorkload();
     if (runs('replay')) await replayWorkload();
     if (runs('push')) {
       record(
