@@ -186,11 +186,15 @@ if keyed_messages > 0 then
     redis.call('ZREM', idempotency_times, unpack(expired))
     redis.call('HDEL', idempotency_key, unpack(expired))
   end
+  -- What each key names and when it was stored, in one read of each (not two calls per key).
+  local given = {}
+  for j = 1, keyed_messages do given[j] = ARGV[12 + 2 * j] end
+  local stored_at = redis.call('ZMSCORE', idempotency_times, unpack(given))
+  local originals = redis.call('HMGET', idempotency_key, unpack(given))
   local first_of = {}
   for j = 1, keyed_messages do
-    local i, key = tonumber(ARGV[11 + 2 * j]), ARGV[12 + 2 * j]
-    local stored_at = redis.call('ZSCORE', idempotency_times, key)
-    local original = stored_at and tonumber(stored_at) >= remembered_since and redis.call('HGET', idempotency_key, key)
+    local i, key = tonumber(ARGV[11 + 2 * j]), given[j]
+    local original = stored_at[j] and tonumber(stored_at[j]) >= remembered_since and originals[j]
     if original then
       duplicate[i], duplicates = original, duplicates + 1
     elseif first_of[key] then
