@@ -104,15 +104,28 @@ export class StampedBodies {
 
 /**
  * Publish bodies whose every message carries an idempotency key no other message of the run has
- * ("<run>-<request>-<message>"): `body(i)` builds request i from a pool of payloads.
+ * ("<run>-<request>-<message>"): `body(i)` builds request i by copying one of a few templates and
+ * writing i's digits into its keys, so the client pays a memcpy, not JSON building, per request.
  */
 export function idempotentBodies(batch: number, bytes: number, run: string): (request: number) => Buffer {
-  const payloads = randomPayloads(64, bytes);
-  return (request) => {
-    const messages = Array.from(
-      { length: batch },
-      (_, i) => `{"data":"${payloads[(request + i) % payloads.length]}","idempotencyKey":"${run}-${request}-${i}"}`,
+  const WIDTH = 10;
+  const placeholder = '0'.repeat(WIDTH);
+  const templates = Array.from({ length: 16 }, () => {
+    const messages = randomPayloads(batch, bytes).map(
+      (data, i) => `{"data":"${data}","idempotencyKey":"${run}-${placeholder}-${i}"}`,
     );
-    return Buffer.from(`{"messages":[${messages.join(',')}]}`);
+    const text = `{"messages":[${messages.join(',')}]}`;
+    const offsets: number[] = [];
+    for (let at = text.indexOf(`"${run}-`); at >= 0; at = text.indexOf(`"${run}-`, at + 1)) {
+      offsets.push(at + run.length + 2);
+    }
+    return { buffer: Buffer.from(text, 'latin1'), offsets };
+  });
+  return (request) => {
+    const { buffer, offsets } = templates[request % templates.length];
+    const body = Buffer.from(buffer);
+    const digits = String(request).padStart(WIDTH, '0');
+    for (const offset of offsets) body.write(digits, offset, 'latin1');
+    return body;
   };
 }
