@@ -353,6 +353,24 @@ async function main(): Promise<void> {
         ...more,
       });
 
+    /** Pulls and acks `count` messages of a subscription on this endpoint; `more` sets any other option. */
+    const drainMessages = (
+      workload: string,
+      subscriptionId: string,
+      count = messages,
+      more: Partial<Parameters<typeof pullAckWorkload>[0]> = {},
+    ) =>
+      pullAckWorkload({
+        workload,
+        client,
+        subscriptionId,
+        messages: count,
+        maxMessages: config.pullMax,
+        concurrency: c,
+        timeoutMs: config.timeoutMs,
+        ...more,
+      });
+
     const publishAndDrain = async (
       topicId: string,
       subscriptionId: string,
@@ -363,20 +381,7 @@ async function main(): Promise<void> {
       await createTopic(client, topicId, [{ id: subscriptionId, exactlyOnce }]);
       record(publishKey, await measure(publishKey, () => publishMessages(publishKey, topicId)));
       if (!pullKey) return;
-      record(
-        pullKey,
-        await measure(pullKey, () =>
-          pullAckWorkload({
-            workload: pullKey,
-            client,
-            subscriptionId,
-            messages,
-            maxMessages: config.pullMax,
-            concurrency: c,
-            timeoutMs: config.timeoutMs,
-          }),
-        ),
-      );
+      record(pullKey, await measure(pullKey, () => drainMessages(pullKey, subscriptionId)));
     };
 
     /**
@@ -404,16 +409,7 @@ async function main(): Promise<void> {
         });
       const pull = async () => {
         const workload = keys?.pull ?? 'warm-up (ordered)';
-        const result = await pullAckWorkload({
-          workload,
-          client,
-          subscriptionId: topicId,
-          messages: count,
-          maxMessages: config.pullMax,
-          concurrency: c,
-          timeoutMs: config.timeoutMs,
-          onBatch: (batch) => checker.check(batch),
-        });
+        const result = await drainMessages(workload, topicId, count, { onBatch: (batch) => checker.check(batch) });
         if (checker.violations > 0)
           throw new Error(
             `${workload}: ${checker.violations} deliveries out of order; first: ${checker.firstViolation}`,
@@ -655,15 +651,7 @@ async function main(): Promise<void> {
               });
         const receive = () =>
           spec.subscriber === 'raw'
-            ? pullAckWorkload({
-                workload: spec.receive,
-                client,
-                subscriptionId: topicId,
-                messages: count,
-                maxMessages: config.pullMax,
-                concurrency: c,
-                timeoutMs: config.timeoutMs,
-              })
+            ? drainMessages(spec.receive, topicId, count)
             : streamingReceiveWorkload({
                 workload: spec.receive,
                 worker,
@@ -733,20 +721,7 @@ async function main(): Promise<void> {
         }
         for (const { key, subscriptionId } of round % 2 === 0 ? drains : [...drains].reverse()) {
           const phase = round === 0 ? key : repeats(key)[round - 1];
-          record(
-            phase,
-            await measure(phase, () =>
-              pullAckWorkload({
-                workload: phase,
-                client,
-                subscriptionId,
-                messages,
-                maxMessages: config.pullMax,
-                concurrency: c,
-                timeoutMs: config.timeoutMs,
-              }),
-            ),
-          );
+          record(phase, await measure(phase, () => drainMessages(phase, subscriptionId)));
         }
       }
       for (const { key } of drains) keepMedianRound(results, key, repeats(key), 'msgPerSec');
@@ -798,16 +773,7 @@ async function main(): Promise<void> {
         keyPrefix: KEY_PREFIX,
         messages: roundToBatch(config.seekMessages),
         publish: (workload, topicId, count) => publishMessages(workload, topicId, count),
-        drain: (workload, subscriptionId, count) =>
-          pullAckWorkload({
-            workload,
-            client,
-            subscriptionId,
-            messages: count,
-            maxMessages: config.pullMax,
-            concurrency: c,
-            timeoutMs: config.timeoutMs,
-          }),
+        drain: (workload, subscriptionId, count) => drainMessages(workload, subscriptionId, count),
         measure,
         log,
       });
@@ -855,17 +821,7 @@ async function main(): Promise<void> {
           return published;
         }),
       );
-      const drain = (workload: string, subscriptionId: string) =>
-        pullAckWorkload({
-          workload,
-          client,
-          subscriptionId,
-          messages,
-          maxMessages: config.pullMax,
-          concurrency: c,
-          timeoutMs: config.timeoutMs,
-        });
-      record(KEYS.pullNow, await measure(KEYS.pullNow, () => drain(KEYS.pullNow, now)));
+      record(KEYS.pullNow, await measure(KEYS.pullNow, () => drainMessages(KEYS.pullNow, now)));
       // Well before the time, a pull finds nothing (one that did would lease what it found).
       if (publishEndedBeforeDue && Date.now() < dueAtMs - 1000) {
         const early = (await client.json('POST', `${subscriptionPath(later)}:pull`, {
@@ -878,7 +834,7 @@ async function main(): Promise<void> {
       }
       log(`waiting ${(Math.max(0, dueAtMs - Date.now()) / 1000).toFixed(1)} s for the delivery time...`);
       await sleep(Math.max(0, dueAtMs - Date.now()) + 100);
-      const fallenDue = await measure(KEYS.pullFallenDue, () => drain(KEYS.pullFallenDue, later));
+      const fallenDue = await measure(KEYS.pullFallenDue, () => drainMessages(KEYS.pullFallenDue, later));
       fallenDue.notes = { ...fallenDue.notes, publishEndedBeforeDue: String(publishEndedBeforeDue) };
       record(KEYS.pullFallenDue, fallenDue);
       await deleteTopic(client, now, [now]);
@@ -1018,15 +974,7 @@ async function main(): Promise<void> {
       await createTopic(client, 'warmup', [{ id: 'warmup' }, { id: 'warmup-eo', exactlyOnce: true }]);
       await publishMessages('warm-up', 'warmup', warm);
       for (const id of ['warmup', 'warmup-eo']) {
-        await pullAckWorkload({
-          workload: 'warm-up',
-          client,
-          subscriptionId: id,
-          messages: warm,
-          maxMessages: config.pullMax,
-          concurrency: c,
-          timeoutMs: config.timeoutMs,
-        });
+        await drainMessages('warm-up', id, warm);
       }
       await deleteTopic(client, 'warmup', ['warmup', 'warmup-eo']);
       if (runs('ordered')) {
