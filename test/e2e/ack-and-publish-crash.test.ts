@@ -6,7 +6,15 @@
 // once.
 
 import t from 'tap';
-import { call, freePort, startBrokerProcess, stopProcess, tempDir, type BrokerProcess } from '../helpers/processes.ts';
+import {
+  call,
+  drainOver,
+  freePort,
+  startBrokerProcess,
+  stopProcess,
+  tempDir,
+  type BrokerProcess,
+} from '../helpers/processes.ts';
 
 const P = '/v1/projects/crash';
 const JOBS = 300;
@@ -78,25 +86,7 @@ t.test('each follow-up is published once, whatever step a crash interrupts', asy
   t.ok(interrupted > 0, `${interrupted} calls were interrupted by the crashes`);
 
   const followUps = new Map<string, number>();
-  for (let idle = 0; idle < 3; ) {
-    const pulled = await call(broker.url, 'POST', `${P}/subscriptions/done:pull`, {
-      maxMessages: 1000,
-      returnImmediately: true,
-    });
-    const received = pulled.body?.receivedMessages ?? [];
-    if (received.length === 0) {
-      idle++;
-      await sleep(200);
-      continue;
-    }
-    for (const { message } of received) {
-      const job = Buffer.from(message.data, 'base64').toString();
-      followUps.set(job, (followUps.get(job) ?? 0) + 1);
-    }
-    await call(broker.url, 'POST', `${P}/subscriptions/done:acknowledge`, {
-      ackIds: received.map((r: { ackId: string }) => r.ackId),
-    });
-  }
+  await drainOver(broker.url, `${P}/subscriptions/done`, (job) => followUps.set(job, (followUps.get(job) ?? 0) + 1));
   t.strictSame(
     jobs.filter((job) => followUps.get(job) !== 1),
     [],

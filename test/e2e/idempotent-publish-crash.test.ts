@@ -7,7 +7,15 @@
 import { Redis } from 'ioredis';
 import t from 'tap';
 import { Keys, SEQS_PER_BLOCK } from '../../src/redis/keys.ts';
-import { call, freePort, startBrokerProcess, stopProcess, tempDir, type BrokerProcess } from '../helpers/processes.ts';
+import {
+  call,
+  drainOver,
+  freePort,
+  startBrokerProcess,
+  stopProcess,
+  tempDir,
+  type BrokerProcess,
+} from '../helpers/processes.ts';
 
 const TOPIC = '/v1/projects/crash/topics/payments';
 const SUBSCRIPTION = '/v1/projects/crash/subscriptions/payments-sub';
@@ -84,23 +92,9 @@ t.test('a retry after a crash between storing and answering answers the stored m
   t.ok(storedUnanswered > 0, 'some publishes were stored and lost their answer in a crash');
 
   const deliveredIds = new Map<string, string[]>();
-  for (let idle = 0; idle < 3; ) {
-    const pulled = await call(broker.url, 'POST', `${SUBSCRIPTION}:pull`, {
-      maxMessages: 1000,
-      returnImmediately: true,
-    });
-    const received = pulled.body?.receivedMessages ?? [];
-    if (received.length === 0) {
-      idle++;
-      await sleep(200);
-      continue;
-    }
-    for (const { message } of received) {
-      const key = Buffer.from(message.data, 'base64').toString();
-      deliveredIds.set(key, [...(deliveredIds.get(key) ?? []), message.messageId]);
-    }
-    await call(broker.url, 'POST', `${SUBSCRIPTION}:acknowledge`, { ackIds: received.map((m: any) => m.ackId) });
-  }
+  await drainOver(broker.url, SUBSCRIPTION, (key, message) => {
+    deliveredIds.set(key, [...(deliveredIds.get(key) ?? []), message.messageId]);
+  });
   const wrong = [...outcomes].filter(([key, outcome]) => deliveredIds.get(key)?.join() !== outcome.id);
   t.ok(outcomes.size > 1000, `${outcomes.size} keys published`);
   t.strictSame(wrong, [], 'every key delivered exactly once, as the ID its publisher was answered');

@@ -104,3 +104,29 @@ export async function call(baseUrl: string, method: string, path: string, body?:
     return { status: 0, body: undefined };
   }
 }
+
+/**
+ * Pulls and acks everything a subscription (its REST path) holds, until three pulls in a row find
+ * nothing; `onMessage` sees each received message (data decoded as text) as it comes.
+ */
+export async function drainOver(
+  baseUrl: string,
+  subscriptionPath: string,
+  onMessage: (text: string, message: { messageId: string }) => void,
+): Promise<void> {
+  for (let idle = 0; idle < 3; ) {
+    const pulled = await call(baseUrl, 'POST', `${subscriptionPath}:pull`, {
+      maxMessages: 1000,
+      returnImmediately: true,
+    });
+    const received: { ackId: string; message: { data: string; messageId: string } }[] =
+      pulled.body?.receivedMessages ?? [];
+    if (received.length === 0) {
+      idle++;
+      await new Promise((done) => setTimeout(done, 200));
+      continue;
+    }
+    for (const { message } of received) onMessage(Buffer.from(message.data, 'base64').toString(), message);
+    await call(baseUrl, 'POST', `${subscriptionPath}:acknowledge`, { ackIds: received.map((r) => r.ackId) });
+  }
+}
