@@ -6,7 +6,8 @@
   a stream's lease over its flow-control budget): as a nack, but no delivery attempt is counted
   and no backoff waited (the generation goes back; nobody holds that delivery's ack ID). A hold
   extends leases for an acknowledge-and-publish (src/broker/ack-and-publish.ts) all or nothing:
-  only when every one of them is valid (not expired, on any subscription).
+  only when every one of them is valid (not expired, on any subscription) and, on an ordered
+  exactly-once subscription, would be acknowledged in order (acknowledge-ordered.lua).
   KEYS[1]    subscription config (HASH: exactlyOnce "1"|"0", minBackoffUs, maxBackoffUs,
              maxDeliveryAttempts)
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
@@ -28,6 +29,8 @@
              DELIVERY_EXPIRED  the lease expired; on exactly-once subscriptions nothing changed, on
                                others the deadline was changed anyway (the message had not been
                                delivered again yet); on a hold, nothing changed
+             DELIVERY_OUT_OF_ORDER  (a hold, ordered exactly-once) an earlier message of its key is
+                               neither acknowledged nor held before it in the request
              A hold changes nothing unless every code is DELIVERY_APPLIED.
   Invariant: only the named generation's lease changes; a nack ends that lease, so its ack ID
              stops working. A nacked keyed message is delivered again before any later message of
@@ -51,11 +54,24 @@ mark_active(config_key, now)
 local results = {}
 if holding then
   local deadline, held = now + seconds * 1000000, {}
+  -- Exactly-once ordered: a key's messages are acknowledged only from the front of its range, in
+  -- request order; held_of[key] counts those of the key held in order before this one.
+  local held_of = {}
   for i = 5, #ARGV do
-    local status = lease_status(redis.call('ZSCORE', leased_key, ARGV[i]), now, true)
-    results[#results + 1] = RESULT[status]
+    local member = ARGV[i]
+    local code = RESULT[lease_status(redis.call('ZSCORE', leased_key, member), now, true)]
+    local seq = split_entry(member)
+    local info = code == DELIVERY_APPLIED and exactly_once and redis.call('HGET', keys.deliveries, seq)
+    if info then
+      local _, _, key = split_keyed_delivery(info)
+      local min, max = key_range(key)
+      local at = held_of[key] or 0
+      local expected = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', at, 1)[1]
+      if expected == keyed_member(key, seq) then held_of[key] = at + 1 else code = DELIVERY_OUT_OF_ORDER end
+    end
+    results[#results + 1] = code
     held[#held + 1] = deadline
-    held[#held + 1] = ARGV[i]
+    held[#held + 1] = member
   end
   for _, code in ipairs(results) do
     if code ~= DELIVERY_APPLIED then return results end

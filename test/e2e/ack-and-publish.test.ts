@@ -165,6 +165,37 @@ t.test('an ack ID that is not current publishes nothing and says which failed', 
   t.same(await pullNow(broker, 'done'), []);
 });
 
+t.test('on an ordered exactly-once subscription, acks out of order publish nothing', async (t) => {
+  const clock = new ManualClock();
+  const broker = await startBroker(t, { clock, name: 'ack-and-publish-order' });
+  await broker.api('PUT', `${P}/topics/jobs`, {});
+  await broker.api('PUT', `${P}/topics/follow-ups`, {});
+  await broker.api('PUT', `${P}/subscriptions/work`, {
+    topic: JOBS,
+    enableMessageOrdering: true,
+    enableExactlyOnceDelivery: true,
+  });
+  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
+  await broker.api('POST', `${P}/topics/jobs:publish`, {
+    messages: ['k1', 'k2', 'k3'].map((text) => ({ data: b64(text), orderingKey: 'k' })),
+  });
+  const [first, second, third] = await pullNow(broker, 'work');
+  const publish = [{ topic: FOLLOW_UPS, messages: [{ data: b64('follow-up') }] }];
+  const refused = await ackAndPublish(broker, 'work', { ackIds: [second.ackId, third.ackId], publish });
+  t.equal(refused.status, 400, 'k2 and k3 while k1 is outstanding');
+  t.same(refused.body.error.details[0].metadata, {
+    [second.ackId]: 'TRANSIENT_FAILURE_UNORDERED_ACK_ID',
+    [third.ackId]: 'TRANSIENT_FAILURE_UNORDERED_ACK_ID',
+  });
+  const swapped = await ackAndPublish(broker, 'work', { ackIds: [first.ackId, third.ackId], publish });
+  t.equal(swapped.status, 400, 'k1 and k3, skipping k2');
+  t.same(swapped.body.error.details[0].metadata, { [third.ackId]: 'TRANSIENT_FAILURE_UNORDERED_ACK_ID' });
+  t.same(await pullNow(broker, 'done'), [], 'nothing was published');
+  const inOrder = await ackAndPublish(broker, 'work', { ackIds: [first.ackId, second.ackId, third.ackId], publish });
+  t.equal(inOrder.status, 200, 'all three in order');
+  t.same(texts(await pullNow(broker, 'done')), ['follow-up']);
+});
+
 t.test('processing the same messages again publishes nothing twice', async (t) => {
   const clock = new ManualClock();
   const broker = await startBroker(t, { clock, name: 'ack-and-publish-again' });
