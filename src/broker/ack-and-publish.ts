@@ -4,7 +4,7 @@ import { messageId } from './message-ids.ts';
 import { IDEMPOTENCY_KEY_ATTRIBUTE } from './message-extensions.ts';
 import type { ResourceName } from './names.ts';
 import type { Publisher } from './publish.ts';
-import { checkPublishRequest, type PubsubMessage } from './publish-request.ts';
+import type { PubsubMessage } from './publish-request.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SettleOutcome, Settlement } from './settlement.ts';
 import type { TopicService } from './topics.ts';
@@ -44,34 +44,38 @@ export class AckAndPublish {
   ) {}
 
   async run(record: SubscriptionRecord, request: AckAndPublishRequest): Promise<{ messageIds: string[][] }> {
-    // Everything that can be refused is refused before anything changes.
+    const deliveries = await this.settlement.deliveriesOf(record, request.ackIds);
+    // The idempotency keys come from the messages acknowledged (an ack ID that names none fails
+    // the hold below, before anything is published).
+    const processed = [...deliveries.values()].flatMap((d) => (d ? [messageId(d.region, d.seq)] : []));
+    const callKey = processingKey(record.name, [...new Set(processed)].sort());
+    // Everything that can be refused is refused before anything changes: each publish is
+    // checked and packed once, here.
+    const publishes = [];
     for (const [group, { topic, messages }] of request.publish.entries()) {
       try {
-        checkPublishRequest(messages, Number.POSITIVE_INFINITY);
+        const keyed = messages.map((message, index) =>
+          message.idempotencyKey !== undefined || message.attributes?.[IDEMPOTENCY_KEY_ATTRIBUTE] !== undefined
+            ? message
+            : { ...message, idempotencyKey: `${callKey}/${group}/${index}` },
+        );
+        publishes.push({ topic, checked: this.publisher.check(keyed) });
         await this.topics.read(topic);
       } catch (error) {
         throw error instanceof ApiError ? new ApiError(error.status, `publish[${group}]: ${error.message}`) : error;
       }
     }
-    const deliveries = await this.settlement.deliveriesOf(record, request.ackIds);
     const holdSeconds = record.ackDeadlineSeconds;
-    const held = await this.settlement.holdDeliveries(record, request.ackIds, holdSeconds);
+    const held = await this.settlement.holdDeliveries(record, deliveries, holdSeconds);
     if (held.failures.size > 0) throw exactlyOnceAckFailure(held.failures);
     this.announce(record, held, holdSeconds);
 
-    const processed = [...new Set([...deliveries.values()].map((d) => messageId(d!.region, d!.seq)))].sort();
-    const callKey = processingKey(record.name, processed);
     const messageIds: string[][] = [];
-    for (const [group, { topic, messages }] of request.publish.entries()) {
-      const keyed = messages.map((message, index) =>
-        message.idempotencyKey !== undefined || message.attributes?.[IDEMPOTENCY_KEY_ATTRIBUTE] !== undefined
-          ? message
-          : { ...message, idempotencyKey: `${callKey}/${group}/${index}` },
-      );
-      messageIds.push((await this.publisher.publish(topic, keyed)).messageIds);
+    for (const { topic, checked } of publishes) {
+      messageIds.push((await this.publisher.publishChecked(topic, checked)).messageIds);
     }
 
-    const acked = await this.settlement.acknowledgeStrictly(record, request.ackIds);
+    const acked = await this.settlement.acknowledgeStrictly(record, deliveries);
     this.announce(record, acked);
     if (acked.failures.size > 0) {
       throw new ApiError(

@@ -7,7 +7,13 @@ import { stampMessages } from './message-codec.ts';
 import { type DeliverySchedule, deliveryDueUs } from './message-extensions.ts';
 import { messageId } from './message-ids.ts';
 import type { ResourceName } from './names.ts';
-import { checkPublishRequest, type PackedPublish, type PubsubMessage, packChecked } from './publish-request.ts';
+import {
+  type CheckedPublish,
+  checkPublishRequest,
+  type PackedPublish,
+  type PubsubMessage,
+  packChecked,
+} from './publish-request.ts';
 import type { TopicRecord } from './records.ts';
 import { deduplicationWindowUs, topicRetentionUs } from './topic-fields.ts';
 import type { Region, Regions } from './regions.ts';
@@ -67,8 +73,17 @@ export class Publisher {
     this.rememberedTopics = new RememberedTopics(!regions.multiRegion, rememberTopicMs);
   }
 
-  async publish(topicName: ResourceName, requested: PubsubMessage[]): Promise<{ messageIds: string[] }> {
-    const checked = checkPublishRequest(requested, this.stageBodiesFromBytes);
+  publish(topicName: ResourceName, requested: PubsubMessage[]): Promise<{ messageIds: string[] }> {
+    return this.publishChecked(topicName, this.check(requested));
+  }
+
+  /** Checks a publish request and packs its bodies (INVALID_ARGUMENT and the like for a bad one). */
+  check(requested: PubsubMessage[]): CheckedPublish {
+    return checkPublishRequest(requested, this.stageBodiesFromBytes);
+  }
+
+  /** Stores a publish that `check` made. */
+  async publishChecked(topicName: ResourceName, checked: CheckedPublish): Promise<{ messageIds: string[] }> {
     const { messages, idempotencyKeys, deliveries } = checked;
     const orderingKey = messages[0].orderingKey ?? '';
     for (;;) {

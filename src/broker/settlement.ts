@@ -27,6 +27,9 @@ export type IssuedAckIds = (record: SubscriptionRecord) => (ackId: string) => De
 
 const nothingIssued: IssuedAckIds = () => () => undefined;
 
+/** Ack IDs and the deliveries they name (undefined: malformed, or another subscription's). */
+export type DecodedAckIds = ReadonlyMap<string, Delivery | undefined>;
+
 export function throwFailures(outcome: SettleOutcome): void {
   if (outcome.failures.size > 0) throw exactlyOnceAckFailure(outcome.failures);
 }
@@ -50,8 +53,10 @@ export class Settlement {
   }
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
-  acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, (region, members) => this.acknowledgeMembers(region, record, members));
+  async acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
+    return this.settle(record, await this.deliveriesOf(record, ackIds), (region, members) =>
+      this.acknowledgeMembers(region, record, members),
+    );
   }
 
   /**
@@ -72,31 +77,36 @@ export class Settlement {
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
-  modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, (region, members) => this.modifyMembers(region, record, members, seconds));
+  async modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
+    return this.settle(record, await this.deliveriesOf(record, ackIds), (region, members) =>
+      this.modifyMembers(region, record, members, seconds),
+    );
   }
 
   /**
    * Extends the leases of ack IDs to `seconds` from now, on any subscription as strictly as on an
    * exactly-once one: in each region only if every lease there is valid, and a failure per ack
-   * ID that is not (ack-and-publish.ts).
+   * ID that is not (ack-and-publish.ts). Takes the ack IDs decoded (deliveriesOf).
    */
-  holdDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
+  holdDeliveries(record: SubscriptionRecord, deliveries: DecodedAckIds, seconds: number): Promise<SettleOutcome> {
     return this.settle(
       record,
-      ackIds,
+      deliveries,
       (region, members) => this.modifyMembers(region, record, members, seconds, 'hold'),
       true,
     );
   }
 
-  /** Acknowledges as acknowledgeDeliveries, but reports expired leases as failures on any subscription. */
-  acknowledgeStrictly(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, ackIds, (region, members) => this.acknowledgeMembers(region, record, members), true);
+  /**
+   * Acknowledges as acknowledgeDeliveries, but reports expired leases as failures on any
+   * subscription. Takes the ack IDs decoded (deliveriesOf).
+   */
+  acknowledgeStrictly(record: SubscriptionRecord, deliveries: DecodedAckIds): Promise<SettleOutcome> {
+    return this.settle(record, deliveries, (region, members) => this.acknowledgeMembers(region, record, members), true);
   }
 
   /** The deliveries ack IDs of the subscription name (undefined: malformed, or another's). */
-  async deliveriesOf(record: SubscriptionRecord, ackIds: string[]): Promise<Map<string, Delivery | undefined>> {
+  async deliveriesOf(record: SubscriptionRecord, ackIds: string[]): Promise<DecodedAckIds> {
     const codec = await this.ackIds();
     const issuedHere = this.issued(record);
     return new Map(
@@ -153,7 +163,7 @@ export class Settlement {
   }
 
   /**
-   * Decodes ack IDs and runs one script per region over its distinct deliveries.
+   * Runs one script per region over the distinct deliveries of decoded ack IDs.
    * Exactly-once subscriptions get a per-ack-ID result: malformed, stale and expired IDs fail,
    * the valid ones still take effect, and a region that cannot be reached is a transient
    * failure of its IDs. Others ignore stale IDs, but a malformed ID refuses the whole request
@@ -162,14 +172,14 @@ export class Settlement {
    */
   private async settle(
     record: SubscriptionRecord,
-    ackIds: string[],
+    deliveries: DecodedAckIds,
     apply: (region: Region, members: string[]) => Promise<SettleResult>,
     strict = false,
   ): Promise<SettleOutcome> {
     const exactlyOnce = strict || record.enableExactlyOnceDelivery === true;
     const outcome: SettleOutcome = { applied: [], failures: new Map() };
     const byRegion = new Map<Region, Map<string, string>>();
-    for (const [ackId, delivery] of await this.deliveriesOf(record, ackIds)) {
+    for (const [ackId, delivery] of deliveries) {
       const region = delivery ? this.regions.byName(delivery.region) : undefined;
       if (delivery && region) {
         const memberOf = byRegion.get(region) ?? new Map<string, string>();
