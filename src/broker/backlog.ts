@@ -11,7 +11,7 @@ import {
 } from '../redis/calls/backlog.ts';
 import { readBodies } from './bodies.ts';
 import type { CallContext } from './call-context.ts';
-import { formatTimestampUs } from './durations.ts';
+import { formatDuration, formatTimestampUs } from './durations.ts';
 import { parseFilter } from './filter.ts';
 import { type StoredMessage, unpackMessage } from './message-codec.ts';
 import { messageId } from './message-ids.ts';
@@ -88,6 +88,10 @@ export interface BacklogCounts {
   forwardingMessageCount: number;
   /** The others: available, scheduled for later, or waiting out a retry backoff. */
   waitingMessageCount: number;
+  /** The publish time of the oldest un-acknowledged message (absent when there is none). */
+  oldestUnackedPublishTime?: string;
+  /** How long ago that was, by the clock of the store that holds it. */
+  oldestUnackedMessageAge?: string;
 }
 
 /** Where a page token goes on: a region, and a position in its streams. */
@@ -188,7 +192,8 @@ export class BacklogService {
 
   /**
    * How many messages the subscription has not acknowledged, and how many of them are leased or
-   * being forwarded, over every usable region: from the sizes of its structures (count-backlog.lua).
+   * being forwarded, over every usable region: from the sizes of its structures (count-backlog.lua);
+   * and the oldest of them, from its holds.
    */
   async counts(_caller: CallContext, name: ResourceName): Promise<BacklogCounts> {
     const record = await this.subscriptions.readForDelivery(name);
@@ -198,9 +203,15 @@ export class BacklogService {
       forwardingMessageCount: 0,
       waitingMessageCount: 0,
     };
+    let oldest: { publishedUs: number; ageUs: number } | undefined;
     for (const region of this.regions.localFirst()) {
       const data = region.ctx.keys.topicData(record.topicUid);
-      const counted = await countBacklog(region.ctx.scripts, data.subscription(record.uid));
+      const counted = await countBacklog(
+        region.ctx.scripts,
+        data,
+        data.subscription(record.uid),
+        region.ctx.clock.scriptTime(),
+      );
       if (counted.kind === 'no-subscription') {
         if (region === this.regions.local || !this.regions.multiRegion) throw notFound(name.id);
         continue;
@@ -209,6 +220,13 @@ export class BacklogService {
       counts.leasedMessageCount += counted.leased;
       counts.forwardingMessageCount += counted.forwarding;
       counts.waitingMessageCount += counted.unacked - counted.leased - counted.forwarding;
+      if (counted.oldestUs !== undefined && (!oldest || counted.oldestUs < oldest.publishedUs)) {
+        oldest = { publishedUs: counted.oldestUs, ageUs: Math.max(0, counted.nowUs - counted.oldestUs) };
+      }
+    }
+    if (oldest) {
+      counts.oldestUnackedPublishTime = formatTimestampUs(oldest.publishedUs);
+      counts.oldestUnackedMessageAge = formatDuration(oldest.ageUs / 1_000_000);
     }
     return counts;
   }

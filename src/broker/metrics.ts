@@ -20,10 +20,11 @@ export async function backlogByRegion(regions: Regions): Promise<RegionBacklog[]
     .sort((a, b) => (a.name < b.name ? -1 : 1));
   const backlog: RegionBacklog[] = [];
   for (const region of regions.localFirst()) {
-    const { scripts, keys: regionKeys } = region.ctx;
+    const { scripts, keys: regionKeys, clock } = region.ctx;
     const counts = await Promise.all(
       records.map(async (record) => {
-        const counted = await countBacklog(scripts, regionKeys.topicData(record.topicUid).subscription(record.uid));
+        const data = regionKeys.topicData(record.topicUid);
+        const counted = await countBacklog(scripts, data, data.subscription(record.uid), clock.scriptTime());
         return counted.kind === 'counted' ? counted.unacked : 0;
       }),
     );

@@ -29,7 +29,7 @@ export interface StorageGuardOptions {
  * stays out of use until it has). Returns the function that stops the guard.
  */
 export async function guardStorageFormat(region: Region, options: StorageGuardOptions): Promise<() => void> {
-  const { redis, keys } = region.ctx;
+  const { redis, keys, scripts } = region.ctx;
   let stopped = false;
   let retry: NodeJS.Timeout | undefined;
   let loggedAt = -Infinity;
@@ -38,7 +38,7 @@ export async function guardStorageFormat(region: Region, options: StorageGuardOp
   const check = async (): Promise<void> => {
     clearTimeout(retry);
     try {
-      const problem = await claimStorageFormat(redis, keys);
+      const problem = await claimStorageFormat(redis, keys, scripts);
       if (stopped) return;
       region.storageChecked = problem === undefined;
       if (problem) options.refuse(problem, region);

@@ -9,6 +9,8 @@
   KEYS[6]    keyed ZSET
   KEYS[7]    keyed deliveries (HASH seq -> keyed delivery "gen|state|key", see split_keyed_delivery in prelude.lua)
   KEYS[8]    key states (HASH key -> "q" | outstanding count)
+  KEYS[9]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
+  KEYS[10]   hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    wake channel (published to when a key becomes deliverable again)
   ARGV[3..]  distinct deliveries as "seq:gen", decided in this order
@@ -22,6 +24,7 @@
 local config_key, leased_key, bodies_prefix, refs_key, ready_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local keyed_key, deliveries_key, key_states_key = KEYS[6], KEYS[7], KEYS[8]
 local key_structures = { keyed = keyed_key, states = key_states_key, ready = ready_key }
+local holds = { flags = KEYS[9], blocks = KEYS[10] }
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
@@ -87,6 +90,7 @@ argv_chunks(3, function(members)
   if #ended == 0 then return end
   redis.call('ZREM', leased_key, unpack(ended))
   release_bodies(bodies_prefix, refs_key, ended_seqs)
+  mark_holds(holds, ended_seqs, '0')
   if #ended_keyed == 0 then return end
   redis.call('ZREM', keyed_key, unpack(ended_keyed))
   redis.call('HDEL', deliveries_key, unpack(ended_keyed_seqs))

@@ -4,6 +4,8 @@
   KEYS[2]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[3]    prefix of the body block keys (see body_location in prelude.lua)
   KEYS[4]    body reference counts
+  KEYS[5]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
+  KEYS[6]    hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2..]  deliveries as "seq:gen"
   Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
@@ -16,6 +18,7 @@
              on exactly-once subscriptions only a lease still within its deadline is acknowledged.
 ]]
 local config_key, leased_key, bodies_prefix, refs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local holds = { flags = KEYS[5], blocks = KEYS[6] }
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
 if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
@@ -36,6 +39,7 @@ argv_chunks(2, function(members)
   if #ended > 0 then
     redis.call('ZREM', leased_key, unpack(ended))
     release_bodies(bodies_prefix, refs_key, seqs)
+    mark_holds(holds, seqs, '0')
   end
 end)
 return results

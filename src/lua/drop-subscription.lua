@@ -15,6 +15,8 @@
   KEYS[12]   its forwarding set (ZSET)
   KEYS[13]   the topic's retainers (HASH subscription uid -> retention, µs)
   KEYS[14]   its selections (HASH block -> taken flags)
+  KEYS[15]   its holds (HASH block -> held flags; see mark_holds in prelude.lua)
+  KEYS[16]   its hold blocks (ZSET block -> block)
   ARGV[1]    subscription uid
   ARGV[2]    how many entries to release from each structure in this call (of the delayed set,
              entries until they stand for that many messages)
@@ -58,8 +60,10 @@ end
 local keyed = redis.call('ZPOPMIN', keyed_key, batch)
 for i = 1, #keyed, 2 do seqs[#seqs + 1] = keyed_member_seq(keyed[i]) end
 if #seqs > 0 then release_bodies(bodies_prefix, refs_key, seqs) end
+local hold_blocks = redis.call('ZPOPMIN', KEYS[16], batch)
+for i = 1, #hold_blocks, 2 do redis.call('HDEL', KEYS[15], hold_blocks[i]) end
 
 local remaining = redis.call('LLEN', ready_key) + redis.call('ZCARD', leased_key) + redis.call('ZCARD', keyed_key)
-  + redis.call('ZCARD', delayed_key) + redis.call('ZCARD', forwarding_key)
+  + redis.call('ZCARD', delayed_key) + redis.call('ZCARD', forwarding_key) + redis.call('ZCARD', KEYS[16])
 if remaining == 0 then redis.call('DEL', deliveries_key, key_states_key) end
 return remaining

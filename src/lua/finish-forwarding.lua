@@ -10,6 +10,8 @@
   KEYS[6]    keyed ZSET
   KEYS[7]    keyed deliveries (HASH seq -> "gen|f|key" for a keyed message being forwarded)
   KEYS[8]    key states
+  KEYS[9]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
+  KEYS[10]   hold blocks (ZSET block -> block)
   ARGV[1]    wake channel (published to when a key becomes deliverable again)
   ARGV[2..]  the forwarded messages, "seq:gen" as pull handed them over
   Returns    REPLY_OK, or REPLY_NO_SUBSCRIPTION
@@ -38,6 +40,9 @@ for i = 2, #ARGV do
     end
   end
 end
-if #released > 0 then release_bodies(bodies_prefix, refs_key, released) end
+if #released > 0 then
+  release_bodies(bodies_prefix, refs_key, released)
+  mark_holds({ flags = KEYS[9], blocks = KEYS[10] }, released, '0')
+end
 if woke then redis.call('PUBLISH', ARGV[1], '1') end
 return REPLY_OK

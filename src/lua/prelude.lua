@@ -137,6 +137,47 @@ local function release_bodies(bodies_prefix, refs_key, seqs)
   if #second_last > 0 then redis.call('HDEL', refs_key, unpack(second_last)) end
 end
 
+-- A subscription's holds (SCHEMA.md): holds.flags (HASH) has, per body block, one character per
+-- message of the block, '1' at each one the subscription holds un-acked; holds.blocks (ZSET) the
+-- blocks that have any, scored by their number, so that the oldest un-acked message is one
+-- ZRANGE and one search away (count-backlog.lua). Sets the character of each of the seqs to
+-- flag ('1': held, '0': released). A run of consecutive seqs is spliced in one piece.
+local function mark_holds(holds, seqs, flag)
+  local fields_of, blocks = {}, {}
+  for _, seq in ipairs(seqs) do
+    local block = string.sub(seq, 1, -4)
+    local fields = fields_of[block]
+    if not fields then
+      fields = {}
+      fields_of[block], blocks[#blocks + 1] = fields, block
+    end
+    fields[#fields + 1] = tonumber(string.sub(seq, -3)) + 1
+  end
+  for _, block in ipairs(blocks) do
+    local fields = fields_of[block]
+    local flags = redis.call('HGET', holds.flags, block)
+    if not flags and flag == '1' then redis.call('ZADD', holds.blocks, block, block) end
+    flags = flags or string.rep('0', SEQS_PER_BLOCK)
+    local first, consecutive = fields[1], true
+    for i, field in ipairs(fields) do
+      if field ~= first + i - 1 then consecutive = false end
+    end
+    if consecutive then
+      flags = string.sub(flags, 1, first - 1) .. string.rep(flag, #fields) .. string.sub(flags, first + #fields)
+    else
+      local chars, code = { string.byte(flags, 1, -1) }, string.byte(flag)
+      for _, field in ipairs(fields) do chars[field] = code end
+      flags = string.char(unpack(chars))
+    end
+    if string.find(flags, '1', 1, true) then
+      redis.call('HSET', holds.flags, block, flags)
+    else
+      redis.call('HDEL', holds.flags, block)
+      redis.call('ZREM', holds.blocks, block)
+    end
+  end
+end
+
 -- After a change of `retainers` (subscription uid -> retention, µs, of those that keep their
 -- acknowledged messages): the topic state's retainUs is the longest of them, absent for none.
 local function update_retention(state_key, retainers_key)

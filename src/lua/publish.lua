@@ -13,10 +13,11 @@
   KEYS[10]   the messages scheduled for later, while the topic retains (ZSET seq -> delivery
              time, µs; read by seek.lua)
   KEYS[11..] per attached subscription, in the order the caller read them: its ready list, its
-             keyed ZSET and its key states (the two used when ordered), and its selections
+             keyed ZSET and its key states (the two used when ordered), its selections
              (HASH block -> taken flags, written for a filtered subscription while the topic
-             retains); when the publish schedules any message (s > 0), also its config (HASH
-             retentionUs), its delayed set and its keyed deliveries: seven keys each, else four
+             retains), and its holds and hold blocks (see mark_holds in prelude.lua); when the
+             publish schedules any message (s > 0), also its config (HASH retentionUs), its
+             delayed set and its keyed deliveries: nine keys each, else six
   ARGV[1]    time override in microseconds, or '' for Redis TIME
   ARGV[2]    the publish time (µs) the broker stamped into every body, from its reading of the
              one clock (PublishClock in src/broker/clock.ts); accepted from 10 s behind now to
@@ -67,7 +68,7 @@
              On every answer but {REPLY_OK, ...} nothing was written, and a staging key is deleted.
   Invariant: every subscription attached at publish time holds each new seq it takes exactly once
              (in its ready list, or for an ordered one with a key, in its keyed ZSET with the key
-             queued or busy), and the body is kept while any of them holds it: a body nobody
+             queued or busy; with its flag set in its holds), and the body is kept while any of them holds it: a body nobody
              takes is not kept at all. Every stored publish
              time is within [now - 10 s, now + 1 s] of the one clock when it was stored. Seqs
              grow with every publish, and a field of a block is written once: a body is never
@@ -118,7 +119,7 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
 end
 
 -- The keys of subscription s: KEYS_PER_SUBSCRIPTION from sub_key(s, 1).
-local KEYS_PER_SUBSCRIPTION = scheduled_runs > 0 and 7 or 4
+local KEYS_PER_SUBSCRIPTION = scheduled_runs > 0 and 9 or 6
 local subscriptions = (#KEYS - 10) / KEYS_PER_SUBSCRIPTION
 local function sub_key(s, i) return KEYS[10 + KEYS_PER_SUBSCRIPTION * (s - 1) + i] end
 -- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
@@ -152,7 +153,7 @@ for j = 1, scheduled_runs do
   if run[3] > now then ahead[#ahead + 1] = run end
 end
 for s = 1, scheduled_runs > 0 and subscriptions or 0 do
-  local retention = tonumber(redis.call('HGET', sub_key(s, 5), 'retentionUs') or '')
+  local retention = tonumber(redis.call('HGET', sub_key(s, 7), 'retentionUs') or '')
   local limit = retention and math.max(retention, topic_retention)
   for _, run in ipairs(retention and runs or {}) do
     if run[3] - stamp > limit then
@@ -400,14 +401,15 @@ local function hold_back(s, mine, keyed)
     end
     if run_first then wait_run(run_first, run_last, run_time) end
   end
-  if #held > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 6), unpack(held)) end
-  if in_runs > 0 then redis.call('HINCRBY', sub_key(s, 5), 'inRuns', in_runs) end
+  if #held > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 9 or 8), unpack(held)) end
+  if in_runs > 0 then redis.call('HINCRBY', sub_key(s, 7), 'inRuns', in_runs) end
   return now_ready
 end
 
 for s = 1, subscriptions do
   local ready_key, keyed_key, key_states_key = sub_key(s, 1), sub_key(s, 2), sub_key(s, 3)
   local mine = taken(s)
+  if #mine > 0 then mark_holds({ flags = sub_key(s, 5), blocks = sub_key(s, 6) }, mine, '1') end
   if logging and takes[s] then
     -- Which messages of the block it took, for a seek back to them (seek.lua).
     local selections_key, block_id = sub_key(s, 4), string.format('%d', block)

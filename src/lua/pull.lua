@@ -18,6 +18,9 @@
   KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, or a message
              scheduled for later is due, µs)
   KEYS[9]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
+  KEYS[10]   holds (HASH block -> held flags; see mark_holds in prelude.lua): a message whose
+             body is gone is dropped from them too
+  KEYS[11]   hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    maximum number of messages (a message handed over to forward counts as one)
   ARGV[3]    lease length in microseconds, or '' for the subscription's ack deadline
@@ -81,7 +84,8 @@ local oldest_kept = now - math.max(tonumber(config[2]), tonumber(ARGV[7]) or 0)
 local FORWARD_CLAIM_US = 30000000
 local claim_end = now + FORWARD_CLAIM_US
 local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2, claim_end}
-local leases, forwards, claims = {}, {}, {}
+-- bodiless: the messages dropped because their body is gone.
+local leases, forwards, claims, bodiless = {}, {}, {}, {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
 local function has_room() return remaining > 0 and bytes < max_bytes end
 
@@ -116,7 +120,10 @@ end
 local function deliver_unkeyed(entry)
   local seq, gen = split_entry(entry)
   local size = stored_size(seq)
-  if size == 0 then return end
+  if size == 0 then
+    bodiless[#bodiless + 1] = seq
+    return
+  end
   local attempts = attempts_of(gen)
   if may_forward and dead_letters(policy, attempts) then
     forward(seq, gen, attempts)
@@ -175,6 +182,7 @@ local function deliver_key(key)
     if #gone > 0 then
       redis.call('ZREM', keys.keyed, unpack(gone))
       redis.call('HDEL', keys.deliveries, unpack(gone_seqs))
+      for _, seq in ipairs(gone_seqs) do bodiless[#bodiless + 1] = seq end
     end
   end
   if outstanding > 0 then
@@ -265,6 +273,7 @@ else
   end
   if next_due then out[2] = next_due - now end
 end
+if #bodiless > 0 then mark_holds({ flags = KEYS[10], blocks = KEYS[11] }, bodiless, '0') end
 if woke then redis.call('PUBLISH', ARGV[4], '1') end
 out[4] = #forwards / 3
 for _, value in ipairs(forwards) do out[#out + 1] = value end

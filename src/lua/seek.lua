@@ -31,7 +31,9 @@
              message), written by the broker for this seek only and deleted by it
   KEYS[15]   the topic's messages scheduled for later, while it retains (ZSET seq -> delivery
              time, µs)
-  KEYS[16..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
+  KEYS[16]   holds (HASH block -> held flags; see mark_holds in prelude.lua)
+  KEYS[17]   hold blocks (ZSET block -> block)
+  KEYS[18..] a seek to a snapshot: the snapshot's held messages (HASH block -> 1000 flags) and
              its info (HASH cut, ...); a seek to a time passes neither
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    the target publish time (µs); ignored by a seek to a snapshot
@@ -57,10 +59,11 @@ local now = now_us(ARGV[1])
 local config = redis.call('HMGET', config_key, 'retentionUs', 'startSeq', 'ordered', 'retainAcked')
 if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
 local earlier_key = KEYS[14]
-local to_snapshot = #KEYS >= 17
-local snapshot_held_key, cut = KEYS[16], nil
+local holds = { flags = KEYS[16], blocks = KEYS[17] }
+local to_snapshot = #KEYS >= 19
+local snapshot_held_key, cut = KEYS[18], nil
 if to_snapshot then
-  cut = tonumber(redis.call('HGET', KEYS[17], 'cut') or '')
+  cut = tonumber(redis.call('HGET', KEYS[19], 'cut') or '')
   if not cut then
     redis.call('DEL', earlier_key)
     return {REPLY_NO_SNAPSHOT}
@@ -149,7 +152,7 @@ if ordered then
     uncounted[seq] = state == 'o' and cut_short + 1 or cut_short
   end
 end
-redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key)
+redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key, holds.flags, holds.blocks)
 redis.call('HDEL', config_key, 'inRuns')
 
 -- The blocks to look at: those of the messages held, and the log's that hold messages published
@@ -225,7 +228,7 @@ local function next_epoch()
 end
 
 local unacked, queued_keys = 0, {}
-local ready, waiting, keyed, deliveries, taken_again, released = {}, {}, {}, {}, {}, {}
+local ready, waiting, keyed, deliveries, taken_again, released, unacked_seqs = {}, {}, {}, {}, {}, {}, {}
 local function flush(force)
   if #ready >= 1000 or (force and #ready > 0) then
     redis.call('RPUSH', ready_key, unpack(ready))
@@ -249,6 +252,7 @@ end
 -- scheduled for later waits for its time, as publish.lua left it.
 local function unack(seq, gen, key)
   unacked = unacked + 1
+  unacked_seqs[unacked] = seq
   local due = scheduled[seq]
   if key then
     keyed[#keyed + 1] = 0
@@ -366,6 +370,7 @@ flush(true)
 -- Each message taken again holds one more body reference (the log, or a snapshot, holds one
 -- already); each one acknowledged by the seek gives its reference back.
 hold_bodies(refs_key, taken_again)
+mark_holds(holds, unacked_seqs, '1')
 redis.call('DEL', earlier_key)
 in_chunks(released, 1, function(chunk) release_bodies(bodies_prefix, refs_key, chunk) end)
 if unacked > 0 then redis.call('PUBLISH', ARGV[5], '1') end

@@ -186,8 +186,19 @@ export class TopicKeys {
       keyedDeliveries: `${base}:keyed-deliveries`,
       keyStates: `${base}:key-states`,
       selections: `${base}:selections`,
+      holds: `${base}:holds`,
+      holdBlocks: `${base}:hold-blocks`,
     };
   }
+}
+
+/**
+ * The keys of every structure that holds a subscription's messages (SCHEMA.md, invariant 1),
+ * after its config, in the order the scripts that read them all take them as their first KEYS
+ * (seek, read-backlog, count-backlog, index-holds).
+ */
+export function holdingKeys(sub: SubscriptionKeys): string[] {
+  return [sub.config, sub.ready, sub.leased, sub.delayed, sub.forwarding, sub.keyed];
 }
 
 /** One snapshot's data in one region (create-snapshot.lua). */
@@ -222,4 +233,8 @@ export interface SubscriptionKeys {
    * block, '0' where the filter refused it (absent: it took all of the block's messages).
    */
   selections: string;
+  /** block -> one character per message of the block, '1' at each one held un-acked (SCHEMA.md). */
+  holds: string;
+  /** The blocks with a held message in `holds`, scored by block number: the oldest first. */
+  holdBlocks: string;
 }

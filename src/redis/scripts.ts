@@ -39,6 +39,7 @@ export const SCRIPT_NAMES = [
   'drop-snapshot',
   'read-backlog',
   'count-backlog',
+  'index-holds',
 ] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 

@@ -1,11 +1,15 @@
+import { indexHolds } from './calls/backlog.ts';
 import { SEQS_PER_BLOCK, type Keys } from './keys.ts';
 import { scanKeys } from './nodes.ts';
 import type { RedisClient } from './client.ts';
+import type { Scripts } from './scripts.ts';
 
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 5 adds messages scheduled for later: run entries
+ * cannot find is dropped as gone. Format 6 adds each subscription's holds (the flags of the
+ * messages it holds, for the oldest un-acked one), which a broker of format 5 would not keep up
+ * to date. Format 5 adds messages scheduled for later: run entries
  * ("<first>-<last>") in a subscription's `delayed` set, which a broker of format 4 would misread
  * as one seq. Format 4 adds the retained log: a body of a logged block holds
  * one more reference, the log's, which a broker of format 3 would not give it when it publishes
@@ -16,13 +20,18 @@ import type { RedisClient } from './client.ts';
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '5';
-/** Formats this broker reads as they are: claiming such a store records format 5 over it. */
-const SUPERSEDED_FORMATS = new Set(['2', '3', '4']);
+export const STORAGE_FORMAT = '6';
+/**
+ * Formats this broker reads as they are once every subscription's holds are written: claiming
+ * such a store writes them, then records format 6 over it.
+ */
+const SUPERSEDED_FORMATS = new Set(['2', '3', '4', '5']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2, 3 or 4 holds nothing format 5 reads otherwise: it is
+ * undefined when it may. A store of format 2 to 5 holds nothing format 6 reads otherwise, but
+ * lacks the holds: they are written for every subscription (index-holds.lua, one script each,
+ * again from the start if the broker stops before it records the format), then the store is
  * claimed (and brokers of those formats refuse it from then on). A store with no recorded format is
  * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
@@ -34,10 +43,20 @@ const SUPERSEDED_FORMATS = new Set(['2', '3', '4']);
  * Brokers of the older version must be stopped first: one that stores messages after the claim
  * would have them misread.
  */
-export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promise<string | undefined> {
+export async function claimStorageFormat(
+  redis: RedisClient,
+  keys: Keys,
+  scripts: Scripts,
+): Promise<string | undefined> {
   const recorded = await redis.get(keys.storageFormat);
   if (recorded === STORAGE_FORMAT) return undefined;
-  if (recorded !== null && SUPERSEDED_FORMATS.has(recorded)) return recordFormat(redis, keys, 'XX');
+  if (recorded !== null && SUPERSEDED_FORMATS.has(recorded)) {
+    for (const json of await redis.hvals(keys.subscriptions)) {
+      const record = JSON.parse(json) as { topicUid: string; uid: string };
+      await indexHolds(scripts, keys.topicData(record.topicUid).subscription(record.uid));
+    }
+    return recordFormat(redis, keys, 'XX');
+  }
   if (recorded !== null) {
     return `This Redis holds broker data in storage format ${recorded} (key ${keys.storageFormat}); this broker reads format ${STORAGE_FORMAT}. Run the broker version that wrote it.`;
   }
@@ -61,7 +80,7 @@ export async function claimStorageFormat(redis: RedisClient, keys: Keys): Promis
   return recordFormat(redis, keys, 'NX');
 }
 
-/** Records this format (NX: in an unrecorded store; XX: over format 2 or 3) and checks that it holds. */
+/** Records this format (NX: in an unrecorded store; XX: over an older one) and checks that it holds. */
 async function recordFormat(redis: RedisClient, keys: Keys, mode: 'NX' | 'XX'): Promise<string | undefined> {
   // ioredis types SET's condition as a literal, not as a union of them.
   await (mode === 'NX'

@@ -7,14 +7,15 @@
 // time that fits its state. Checked again and again:
 //   - paging through the views (random page sizes and state conditions) returns exactly the
 //     model's messages in those states, each once, with its state, time and (unordered)
-//     deliveryAttempt; the counts agree with the model;
+//     deliveryAttempt; the counts, and the oldest unacknowledged message's publish time and
+//     age, agree with the model;
 //   - while the backlog changes between pages, every message that stayed in its state (with the
 //     same time) from the first page to the last is returned exactly once, and no message that
 //     stayed is returned twice.
 
 import t, { type Test } from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
-import { formatTimestampUs } from '../../src/broker/durations.ts';
+import { formatDuration, formatTimestampUs, parseTimestampUs } from '../../src/broker/durations.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
 import { randomFromEnv } from '../helpers/random.ts';
 import { redisTargets } from '../helpers/redis.ts';
@@ -47,6 +48,8 @@ interface Message {
   /** Keyed, never delivered, published for this delivery time (µs): SCHEDULED until delivered. */
   scheduledAt?: number;
   acked: boolean;
+  /** Its publish time (µs), as the broker stamped it. */
+  publishedUs: number;
 }
 
 interface Expected {
@@ -153,7 +156,9 @@ async function run(t: Test, broker: TestBroker, clock: ManualClock, variant: Var
     }));
     const body = await ok('POST', `${TOPIC}:publish`, { messages });
     for (const id of body.messageIds as string[]) {
-      const m: Message = { id, key, delivered: 0, acked: false };
+      const stored = await ok('GET', `${TOPIC}/messages/${id}`);
+      const publishedUs = parseTimestampUs(stored.message.publishTime, 'publishTime');
+      const m: Message = { id, key, delivered: 0, acked: false, publishedUs };
       if (delay && model.keyed(m)) m.scheduledAt = model.now + delay * US;
       else if (delay) m.delayedUntil = model.now + delay * US;
       model.messages.set(id, m);
@@ -257,12 +262,17 @@ async function run(t: Test, broker: TestBroker, clock: ManualClock, variant: Var
     const counts = await ok('GET', `${sub}/backlog`);
     const live = model.live();
     const leased = live.filter((m) => m.lease).length;
-    const expectedCounts = {
+    const expectedCounts: Record<string, unknown> = {
       unackedMessageCount: live.length,
       leasedMessageCount: leased,
       forwardingMessageCount: 0,
       waitingMessageCount: live.length - leased,
     };
+    if (live.length > 0) {
+      const oldestUs = Math.min(...live.map((m) => m.publishedUs));
+      expectedCounts.oldestUnackedPublishTime = formatTimestampUs(oldestUs);
+      expectedCounts.oldestUnackedMessageAge = formatDuration(Math.max(0, model.now - oldestUs) / US);
+    }
     if (JSON.stringify(counts) !== JSON.stringify(expectedCounts)) {
       violations.push(`counts ${JSON.stringify(counts)}, model ${JSON.stringify(expectedCounts)}`);
     }

@@ -17,6 +17,7 @@ import { Redis } from 'ioredis';
 import t from 'tap';
 import { buildApp } from '../../src/app.ts';
 import { Keys } from '../../src/redis/keys.ts';
+import { Scripts } from '../../src/redis/scripts.ts';
 import { STORAGE_FORMAT, claimStorageFormat } from '../../src/redis/storage-format.ts';
 import { jsonApi } from '../helpers/app.ts';
 import { startBrokerProcess, stopProcess } from '../helpers/processes.ts';
@@ -27,11 +28,12 @@ for (const target of redisTargets()) {
   t.test(`${target.name}: claiming a store for the storage format`, async (t) => {
     const redis = target.connect();
     t.teardown(() => redis.quit());
+    const scripts = new Scripts(redis);
 
     const fresh = new Keys(uniquePrefix('format-fresh'));
-    t.equal(await claimStorageFormat(redis, fresh), undefined, 'an empty store is claimed');
+    t.equal(await claimStorageFormat(redis, fresh, scripts), undefined, 'an empty store is claimed');
     t.equal(await redis.get(fresh.storageFormat), STORAGE_FORMAT, 'its format is recorded');
-    t.equal(await claimStorageFormat(redis, fresh), undefined, 'and claimed again without change');
+    t.equal(await claimStorageFormat(redis, fresh, scripts), undefined, 'and claimed again without change');
 
     // Pattern characters in the prefix: the older keys of "x[ab]*" are found, those of "xa" not.
     const base = uniquePrefix('format-older');
@@ -39,24 +41,32 @@ for (const target of redisTargets()) {
     const neighbour = new Keys(`${base}xa`);
     await holdFormat1Messages(redis, neighbour, '0123456789abcdef');
     await redis.hset(older.topics, 'projects/p/topics/other', '{}');
-    t.equal(await claimStorageFormat(redis, older), undefined, "another prefix's older bodies are no concern");
+    t.equal(await claimStorageFormat(redis, older, scripts), undefined, "another prefix's older bodies are no concern");
     await redis.del(older.storageFormat);
     await holdFormat1Messages(redis, older, 'fedcba9876543210');
-    const problem = await claimStorageFormat(redis, older);
+    const problem = await claimStorageFormat(redis, older, scripts);
     t.match(problem, /earlier version of the broker \(.*:messages\)/, 'a store with older bodies is refused');
     t.equal(await redis.get(older.storageFormat), null, 'and not claimed');
 
-    for (const format of ['2', '3', '4']) {
+    for (const format of ['2', '3', '4', '5']) {
       const upgraded = new Keys(uniquePrefix(`format-${format}`));
       await redis.set(upgraded.storageFormat, format);
-      t.equal(await claimStorageFormat(redis, upgraded), undefined, `a store of format ${format} is claimed as it is`);
-      t.equal(await redis.get(upgraded.storageFormat), STORAGE_FORMAT, 'recorded as format 5 from then on');
+      t.equal(
+        await claimStorageFormat(redis, upgraded, scripts),
+        undefined,
+        `a store of format ${format} is claimed as it is`,
+      );
+      t.equal(
+        await redis.get(upgraded.storageFormat),
+        STORAGE_FORMAT,
+        `recorded as format ${STORAGE_FORMAT} from then on`,
+      );
     }
 
     const other = new Keys(uniquePrefix('format-other'));
     await redis.set(other.storageFormat, '99');
     t.match(
-      await claimStorageFormat(redis, other),
+      await claimStorageFormat(redis, other, scripts),
       /storage format 99/,
       'a store recorded in another format is refused',
     );
@@ -124,7 +134,7 @@ t.test('a store refused when Redis reconnects takes the region out of use', asyn
   t.teardown(() => app.close());
   const api = jsonApi(app);
   t.equal((await api('PUT', '/v1/projects/p/topics/orders', {})).status, 200, 'served');
-  await redis.set(keys.storageFormat, '6'); // another version took the store over meanwhile
+  await redis.set(keys.storageFormat, '99'); // another version took the store over meanwhile
   redis.disconnect(true); // and the connection was lost and made again
   t.ok(await waitUntil(() => problems.length > 0, 5_000), 'the check after the reconnect refused the store');
   t.equal((await api('GET', '/v1/projects/p/topics/orders')).status, 503, 'and the region is out of use');

@@ -44,7 +44,7 @@ import {
   pull,
   touchSubscription,
 } from '../../src/redis/calls/delivery.ts';
-import { countBacklog, readBacklog } from '../../src/redis/calls/backlog.ts';
+import { countBacklog, indexHolds, readBacklog } from '../../src/redis/calls/backlog.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
 import { createSnapshot, dropSnapshot, expireLog, seek } from '../../src/redis/calls/retention.ts';
 import { Keys } from '../../src/redis/keys.ts';
@@ -350,21 +350,21 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'publish, bodies in the call, two subscriptions',
     reply: published,
-    moreKeys: 2 * 4, // four per attached subscription
+    moreKeys: 2 * 6, // six per attached subscription
     moreArgv: 1 + 2, // no scheduled message (ARGV[13 + 2k]: 0), the bodies
     call: (scripts) => publish(scripts, data, publishCall(false, twoSubscriptions)),
   },
   {
     what: 'publish, staged bodies, two subscriptions',
     reply: published,
-    moreKeys: 2 * 4,
+    moreKeys: 2 * 6,
     moreArgv: 1, // no scheduled message
     call: (scripts) => publish(scripts, data, publishCall(true, twoSubscriptions)),
   },
   {
     what: 'publish, a message scheduled for later, two subscriptions',
     reply: published,
-    moreKeys: 2 * 7, // seven per attached subscription when the publish schedules a message
+    moreKeys: 2 * 9, // nine per attached subscription when the publish schedules a message
     moreArgv: 1 + 3 + 2, // one run of scheduled messages (first and last index, time), the bodies
     call: (scripts) =>
       publish(scripts, data, { ...publishCall(false, twoSubscriptions), scheduled: [{ index: 1, dueUs: 2_000_000 }] }),
@@ -505,8 +505,13 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     what: 'count-backlog',
-    reply: [codes.REPLY_OK, 3, 1, 0],
-    call: (scripts) => countBacklog(scripts, sub),
+    reply: [codes.REPLY_OK, 3, 1, 0, '1700000000000000', 1700000001000000],
+    call: (scripts) => countBacklog(scripts, data, sub, time),
+  },
+  {
+    what: 'index-holds',
+    reply: codes.REPLY_OK,
+    call: (scripts) => indexHolds(scripts, sub),
   },
   {
     what: 'drop-snapshot',

@@ -47,12 +47,25 @@ t.test('backlog views across regions', async (t) => {
     return seen.sort();
   };
 
+  // The oldest message over every region: the earliest publish time (the regions' clocks agree here).
+  const publishTimes = await Promise.all(
+    all.map(async (id) => (await ok('a', 'GET', `${P}/topics/blog/messages/${id}`)).message.publishTime as string),
+  );
+  const oldest = publishTimes.sort()[0]; // one format (UTC, microseconds): text order is time order
   for (const region of ['a', 'b', 'c']) {
     t.same(await walk(region, 2), all, `through ${region}, pages of 2: every region's messages once`);
     t.same(await walk(region, 100), all, `through ${region}, one page`);
-    t.same(
-      await ok(region, 'GET', `${P}/subscriptions/bl-sub/backlog`),
-      { unackedMessageCount: 6, leasedMessageCount: 0, forwardingMessageCount: 0, waitingMessageCount: 6 },
+    const counts = await ok(region, 'GET', `${P}/subscriptions/bl-sub/backlog`);
+    t.match(
+      counts,
+      {
+        unackedMessageCount: 6,
+        leasedMessageCount: 0,
+        forwardingMessageCount: 0,
+        waitingMessageCount: 6,
+        oldestUnackedPublishTime: oldest,
+        oldestUnackedMessageAge: /^\d+(\.\d+)?s$/,
+      },
       `counts through ${region}`,
     );
   }

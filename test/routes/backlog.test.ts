@@ -175,18 +175,25 @@ for (const target of redisTargets()) {
     });
 
     await t.test('counts', async (t) => {
-      t.same((await api('GET', `${S}/bl-sub/backlog`)).body, {
+      const firstPublished = (await api('GET', `${T}/bl-topic/messages/${one}`)).body.message.publishTime;
+      const oldest = { oldestUnackedPublishTime: firstPublished, oldestUnackedMessageAge: /^\d+(\.\d+)?s$/ };
+      const sub = (await api('GET', `${S}/bl-sub/backlog`)).body;
+      t.match(sub, {
         unackedMessageCount: 6,
         leasedMessageCount: 1,
         forwardingMessageCount: 0,
         waitingMessageCount: 5,
       });
-      t.same((await api('GET', `${S}/bl-ord/backlog`)).body, {
+      t.match(sub, oldest);
+      const ord = (await api('GET', `${S}/bl-ord/backlog`)).body;
+      t.match(ord, {
         unackedMessageCount: 6,
         leasedMessageCount: 5,
         forwardingMessageCount: 0,
         waitingMessageCount: 1,
       });
+      t.match(ord, oldest);
+      t.same(Object.keys(sub).length, 6, 'nothing else');
     });
 
     await t.test('one message', async (t) => {

@@ -1,4 +1,4 @@
-import type { SubscriptionKeys } from '../keys.ts';
+import { holdingKeys, type SubscriptionKeys, type TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
 import { REPLY_NO_SUBSCRIPTION, REPLY_OK, unexpectedReply } from './codes.ts';
 
@@ -63,7 +63,7 @@ export async function readBacklog(
 ): Promise<ReadBacklogResult> {
   const reply = (await scripts.run(
     'read-backlog',
-    [sub.config, sub.ready, sub.leased, sub.delayed, sub.forwarding, sub.keyed, sub.keyedDeliveries],
+    [...holdingKeys(sub), sub.keyedDeliveries],
     [
       call.streams.join(''),
       call.after?.stream ?? '',
@@ -94,15 +94,38 @@ export async function readBacklog(
 
 export type CountBacklogResult =
   | { kind: 'no-subscription' }
-  | { kind: 'counted'; unacked: number; leased: number; forwarding: number };
+  | {
+      kind: 'counted';
+      unacked: number;
+      leased: number;
+      forwarding: number;
+      /** The publish time of the oldest un-acked message (µs), undefined when there is none. */
+      oldestUs: number | undefined;
+      /** The script's clock (µs), for that message's age. */
+      nowUs: number;
+    };
 
-export async function countBacklog(scripts: Scripts, sub: SubscriptionKeys): Promise<CountBacklogResult> {
+export async function countBacklog(
+  scripts: Scripts,
+  data: TopicKeys,
+  sub: SubscriptionKeys,
+  time: string,
+): Promise<CountBacklogResult> {
   const reply = (await scripts.run(
     'count-backlog',
-    [sub.config, sub.ready, sub.leased, sub.delayed, sub.forwarding, sub.keyed, sub.keyStates],
-    [],
-  )) as number[];
+    [...holdingKeys(sub), sub.keyStates, data.bodies, sub.holds, sub.holdBlocks],
+    [time],
+  )) as (number | string)[];
   if (reply[0] === REPLY_NO_SUBSCRIPTION && reply.length === 1) return { kind: 'no-subscription' };
-  if (reply[0] !== REPLY_OK || reply.length !== 4) throw unexpectedReply('count-backlog', reply);
-  return { kind: 'counted', unacked: reply[1], leased: reply[2], forwarding: reply[3] };
+  if (reply[0] !== REPLY_OK || reply.length !== 6) throw unexpectedReply('count-backlog', reply);
+  const [, unacked, leased, forwarding, oldest, now] = reply.map(Number);
+  return { kind: 'counted', unacked, leased, forwarding, oldestUs: reply[4] === '' ? undefined : oldest, nowUs: now };
+}
+
+/** Runs index-holds.lua: writes the subscription's holds from what it holds (storage-format.ts). */
+export async function indexHolds(scripts: Scripts, sub: SubscriptionKeys): Promise<'indexed' | 'no-subscription'> {
+  const reply = await scripts.run('index-holds', [...holdingKeys(sub), sub.holds, sub.holdBlocks], []);
+  if (reply === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
+  if (reply !== REPLY_OK) throw unexpectedReply('index-holds', reply);
+  return 'indexed';
 }

@@ -126,6 +126,8 @@ export async function dropSubscription(
       sub.forwarding,
       data.retainers,
       sub.selections,
+      sub.holds,
+      sub.holdBlocks,
     ],
     [call.subscriptionUid, call.batch],
   );

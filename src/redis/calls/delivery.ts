@@ -75,6 +75,8 @@ export async function pull(
       sub.keyStates,
       sub.delayed,
       sub.forwarding,
+      sub.holds,
+      sub.holdBlocks,
     ],
     [
       call.time,
@@ -160,10 +162,29 @@ export async function acknowledge(
 ): Promise<SettleResult> {
   const reply = await scripts.run(
     'acknowledge',
-    [sub.config, sub.leased, data.bodies, data.refs],
+    [sub.config, sub.leased, data.bodies, data.refs, sub.holds, sub.holdBlocks],
     [call.time, ...call.members],
   );
   return settled('acknowledge', reply as number[]);
+}
+
+/**
+ * The KEYS of the scripts that end messages of an ordered subscription for good (acknowledge-ordered
+ * from its leases, finish-forwarding from its forwarding set): what the ends change.
+ */
+function endingKeys(data: TopicKeys, sub: SubscriptionKeys, endedFrom: string): string[] {
+  return [
+    sub.config,
+    endedFrom,
+    data.bodies,
+    data.refs,
+    sub.ready,
+    sub.keyed,
+    sub.keyedDeliveries,
+    sub.keyStates,
+    sub.holds,
+    sub.holdBlocks,
+  ];
 }
 
 /** Runs acknowledge-ordered.lua: for subscriptions with message ordering. */
@@ -173,11 +194,11 @@ export async function acknowledgeOrdered(
   sub: SubscriptionKeys,
   call: AcknowledgeCall & { wakeChannel: string },
 ): Promise<SettleResult> {
-  const reply = await scripts.run(
-    'acknowledge-ordered',
-    [sub.config, sub.leased, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-    [call.time, call.wakeChannel, ...call.members],
-  );
+  const reply = await scripts.run('acknowledge-ordered', endingKeys(data, sub, sub.leased), [
+    call.time,
+    call.wakeChannel,
+    ...call.members,
+  ]);
   return settled('acknowledge-ordered', reply as number[]);
 }
 
@@ -222,11 +243,10 @@ export async function finishForwarding(
   sub: SubscriptionKeys,
   call: ForwardingCall,
 ): Promise<'finished' | 'no-subscription'> {
-  const reply = await scripts.run(
-    'finish-forwarding',
-    [sub.config, sub.forwarding, data.bodies, data.refs, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates],
-    [call.wakeChannel, ...call.members],
-  );
+  const reply = await scripts.run('finish-forwarding', endingKeys(data, sub, sub.forwarding), [
+    call.wakeChannel,
+    ...call.members,
+  ]);
   return okOrNoSubscription('finish-forwarding', reply, 'finished');
 }
 

@@ -104,7 +104,7 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
   let selections = '';
   for (const { uid, ordered, takes } of call.subscriptions) {
     const sub = data.subscription(uid);
-    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections);
+    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections, sub.holds, sub.holdBlocks);
     if (scheduled.length > 0) keys.push(sub.config, sub.delayed, sub.keyedDeliveries);
     orderedFlags += ordered ? '1' : '0';
     selections += takes ?? '*';

@@ -1,4 +1,4 @@
-import type { SnapshotKeys, TopicKeys } from '../keys.ts';
+import { holdingKeys, type SnapshotKeys, type TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
 import { REPLY_NO_SNAPSHOT, REPLY_NO_SUBSCRIPTION, REPLY_OK, type ScriptTime, unexpectedReply } from './codes.ts';
 
@@ -39,12 +39,7 @@ export async function seek(
   const reply = (await scripts.run(
     'seek',
     [
-      sub.config,
-      sub.ready,
-      sub.leased,
-      sub.delayed,
-      sub.forwarding,
-      sub.keyed,
+      ...holdingKeys(sub),
       sub.keyedDeliveries,
       sub.keyStates,
       sub.selections,
@@ -54,6 +49,8 @@ export async function seek(
       data.logStart,
       call.earlierSelections,
       data.scheduled,
+      sub.holds,
+      sub.holdBlocks,
       ...(snapshot ? [snapshot.held, snapshot.info] : []),
     ],
     [
