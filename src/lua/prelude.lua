@@ -140,41 +140,63 @@ end
 -- A subscription's holds (SCHEMA.md): holds.flags (HASH) has, per body block, one character per
 -- message of the block, '1' at each one the subscription holds un-acked; holds.blocks (ZSET) the
 -- blocks that have any, scored by their number, so that the oldest un-acked message is one
--- ZRANGE and one search away (count-backlog.lua). Sets the character of each of the seqs to
--- flag ('1': held, '0': released). A run of consecutive seqs is spliced in one piece.
+-- ZRANGE and one search away (count-backlog.lua). A block's flags are read and written whole.
+
+-- Rewrites the flags of block number `block` with edit(flags), setting flag ('1': held, '0':
+-- released) at some of its messages; a block left without any '1' is dropped.
+local function edit_holds(holds, block_number, flag, edit)
+  local block = string.format('%d', block_number)
+  local flags = redis.call('HGET', holds.flags, block)
+  if not flags and flag == '1' then redis.call('ZADD', holds.blocks, block, block) end
+  flags = edit(flags or string.rep('0', SEQS_PER_BLOCK))
+  if flag == '1' or string.find(flags, '1', 1, true) then
+    redis.call('HSET', holds.flags, block, flags)
+  else
+    redis.call('HDEL', holds.flags, block)
+    redis.call('ZREM', holds.blocks, block)
+  end
+end
+
+-- flags with `count` characters from position `first` on set to flag.
+local function splice_flags(flags, first, count, flag)
+  return string.sub(flags, 1, first - 1) .. string.rep(flag, count) .. string.sub(flags, first + count)
+end
+
+-- Holds the `count` consecutive seqs from `first_seq` (a number) on, all of one block: what a
+-- publish gives a subscription that takes all of it, without a step per message.
+local function hold_run(holds, first_seq, count)
+  local block = math.floor(first_seq / SEQS_PER_BLOCK)
+  edit_holds(holds, block, '1', function(flags)
+    return splice_flags(flags, first_seq - block * SEQS_PER_BLOCK + 1, count, '1')
+  end)
+end
+
+-- Sets the flag of each of the seqs (decimal strings). They are grouped by arithmetic, not by
+-- substrings (every new Lua string costs Redis a hash); a block's consecutive run is spliced.
 local function mark_holds(holds, seqs, flag)
   local fields_of, blocks = {}, {}
   for _, seq in ipairs(seqs) do
-    local block = string.sub(seq, 1, -4)
+    local number = tonumber(seq)
+    local block = math.floor(number / SEQS_PER_BLOCK)
     local fields = fields_of[block]
     if not fields then
       fields = {}
       fields_of[block], blocks[#blocks + 1] = fields, block
     end
-    fields[#fields + 1] = tonumber(string.sub(seq, -3)) + 1
+    fields[#fields + 1] = number - block * SEQS_PER_BLOCK + 1
   end
   for _, block in ipairs(blocks) do
     local fields = fields_of[block]
-    local flags = redis.call('HGET', holds.flags, block)
-    if not flags and flag == '1' then redis.call('ZADD', holds.blocks, block, block) end
-    flags = flags or string.rep('0', SEQS_PER_BLOCK)
     local first, consecutive = fields[1], true
     for i, field in ipairs(fields) do
       if field ~= first + i - 1 then consecutive = false end
     end
-    if consecutive then
-      flags = string.sub(flags, 1, first - 1) .. string.rep(flag, #fields) .. string.sub(flags, first + #fields)
-    else
+    edit_holds(holds, block, flag, function(flags)
+      if consecutive then return splice_flags(flags, first, #fields, flag) end
       local chars, code = { string.byte(flags, 1, -1) }, string.byte(flag)
       for _, field in ipairs(fields) do chars[field] = code end
-      flags = string.char(unpack(chars))
-    end
-    if string.find(flags, '1', 1, true) then
-      redis.call('HSET', holds.flags, block, flags)
-    else
-      redis.call('HDEL', holds.flags, block)
-      redis.call('ZREM', holds.blocks, block)
-    end
+      return string.char(unpack(chars))
+    end)
   end
 end
 

@@ -409,7 +409,12 @@ end
 for s = 1, subscriptions do
   local ready_key, keyed_key, key_states_key = sub_key(s, 1), sub_key(s, 2), sub_key(s, 3)
   local mine = taken(s)
-  if #mine > 0 then mark_holds({ flags = sub_key(s, 5), blocks = sub_key(s, 6) }, mine, '1') end
+  local holds = { flags = sub_key(s, 5), blocks = sub_key(s, 6) }
+  if not takes[s] then
+    hold_run(holds, first_seq, count)
+  elseif #mine > 0 then
+    mark_holds(holds, mine, '1')
+  end
   if logging and takes[s] then
     -- Which messages of the block it took, for a seek back to them (seek.lua).
     local selections_key, block_id = sub_key(s, 4), string.format('%d', block)
