@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { unavailable } from '../src/errors.ts';
-import { backlogByRegion } from '../src/broker/metrics.ts';
 import type { Region } from '../src/broker/regions.ts';
 import { packagePath } from '../src/paths.ts';
 import { withTimeout } from '../src/timeout.ts';
@@ -39,22 +38,10 @@ export async function healthRoutes(app: FastifyInstance, { broker }: RouteOption
       .send({ status: ready ? 'ready' : 'unavailable', region: regions.local.name, regions: byName });
   });
 
-  /**
-   * Prometheus text format. `pubsub_subscription_num_unacked_messages_by_region` is the backlog
-   * of each subscription in each reachable region (Pub/Sub's subscription/num_unacked_messages_by_region).
-   */
-  app.get('/metrics', async (_request, reply) => {
-    const lines = [
-      '# HELP pubsub_subscription_num_unacked_messages_by_region Messages not yet acknowledged, by the region that stores them.',
-      '# TYPE pubsub_subscription_num_unacked_messages_by_region gauge',
-    ];
-    for (const { subscription, region, unacked } of await backlogByRegion(regions)) {
-      lines.push(
-        `pubsub_subscription_num_unacked_messages_by_region{subscription="${subscription}",region="${region}"} ${unacked}`,
-      );
-    }
-    return reply.type('text/plain; version=0.0.4; charset=utf-8').send(`${lines.join('\n')}\n`);
-  });
+  /** Prometheus text format, named after Pub/Sub's metrics (src/broker/metrics.ts). */
+  app.get('/metrics', async (_request, reply) =>
+    reply.type(broker.metrics.registry.contentType).send(await broker.metrics.scrape()),
+  );
 
   app.get('/openapi.yaml', async (_request, reply) => reply.type('text/yaml; charset=utf-8').send(OPENAPI_DOCUMENT));
 }

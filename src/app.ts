@@ -54,6 +54,10 @@ declare module 'fastify' {
     /** The strings lifted out of the body when it was parsed (json-body.ts), else null. */
     liftedMessageData: string[] | null;
   }
+  interface FastifyReply {
+    /** The Pub/Sub status of the error the reply answers ('' for none), for the request metrics. */
+    pubsubStatus: string;
+  }
   interface FastifyContextConfig {
     /**
      * Large bodies of this route are parsed with their message "data" strings lifted out
@@ -120,7 +124,21 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     else if (apiError.httpStatus >= 500 && apiError.status !== 'UNIMPLEMENTED') {
       request.log.error({ err: error }, 'request failed');
     }
+    reply.pubsubStatus = apiError.status;
     return reply.code(apiError.httpStatus).send(apiError.toEnvelope());
+  });
+  // Each answered request in the metrics, by route (never by URL: that would make a series per
+  // resource name) and Pub/Sub status.
+  app.decorateReply('pubsubStatus', '');
+  const methodNames = new Map<string, string>();
+  app.addHook('onResponse', (request, reply, done) => {
+    const route = `${request.method} ${request.routeOptions.url ?? '(no route)'}`;
+    let method = methodNames.get(route);
+    // As the route reads in the docs: "/topics/:topic([^:/]+)::publish" is "/topics/:topic:publish".
+    if (!method) methodNames.set(route, (method = route.replace(/\([^)]*\)/g, '').replaceAll('::', ':')));
+    const status = reply.pubsubStatus || (reply.statusCode < 400 ? 'OK' : `HTTP ${reply.statusCode}`);
+    broker.metrics.request(method, status, reply.elapsedTime / 1000);
+    done();
   });
   app.setNotFoundHandler((request, reply) => {
     const error = new ApiError(

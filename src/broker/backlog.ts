@@ -206,13 +206,14 @@ export class BacklogService {
     let oldest: { publishedUs: number; ageUs: number } | undefined;
     for (const region of this.regions.localFirst()) {
       const data = region.ctx.keys.topicData(record.topicUid);
-      const counted = await countBacklog(
+      const { nowUs, counts: found } = await countBacklog(
         region.ctx.scripts,
         data,
-        data.subscription(record.uid),
+        [data.subscription(record.uid)],
         region.ctx.clock.scriptTime(),
       );
-      if (counted.kind === 'no-subscription') {
+      const counted = found[0];
+      if (counted === 'no-subscription') {
         if (region === this.regions.local || !this.regions.multiRegion) throw notFound(name.id);
         continue;
       }
@@ -221,7 +222,7 @@ export class BacklogService {
       counts.forwardingMessageCount += counted.forwarding;
       counts.waitingMessageCount += counted.unacked - counted.leased - counted.forwarding;
       if (counted.oldestUs !== undefined && (!oldest || counted.oldestUs < oldest.publishedUs)) {
-        oldest = { publishedUs: counted.oldestUs, ageUs: Math.max(0, counted.nowUs - counted.oldestUs) };
+        oldest = { publishedUs: counted.oldestUs, ageUs: Math.max(0, nowUs - counted.oldestUs) };
       }
     }
     if (oldest) {

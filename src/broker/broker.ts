@@ -7,6 +7,7 @@ import { type Clock, nowUs as clockNowUs, PublishClock, redisClock, redisTimeUs 
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
 import { DeliveryService } from './delivery.ts';
+import { BrokerMetrics } from './metrics.ts';
 import { ReplayService } from './replay.ts';
 import { PushService } from './push.ts';
 import type { PushHosts } from './push-config.ts';
@@ -95,6 +96,8 @@ export interface Broker {
   snapshots: SnapshotService;
   replay: ReplayService;
   backlog: BacklogService;
+  /** The Prometheus metrics (metrics.ts). */
+  metrics: BrokerMetrics;
   /**
    * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions and
    * snapshots past their expireTime deleted, retained logs expired.
@@ -135,7 +138,9 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
   const topics = new TopicService(regions, controlPlane);
   const subscriptions = new SubscriptionService(regions, controlPlane, topics, config.push?.hosts);
+  const metrics = new BrokerMetrics(regions);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
+    metrics,
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: config.pullWaitMs ?? 20_000,
     rememberTopicMs: config.rememberTopicMs ?? 1000,
@@ -206,6 +211,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     snapshots,
     replay,
     backlog,
+    metrics,
     collectGarbage,
     close: () => (closing ??= close()),
   };

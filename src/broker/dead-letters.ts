@@ -5,6 +5,7 @@ import { formatTimestampUs } from './durations.ts';
 import { unpackMessage } from './message-codec.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import type { Publisher } from './publish.ts';
+import type { BrokerMetrics } from './metrics.ts';
 import type { PubsubMessage } from './publish-request.ts';
 import type { SubscriptionRecord, TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
@@ -39,6 +40,7 @@ export class DeadLetters {
     private readonly regions: Regions,
     private readonly topics: TopicService,
     private readonly publisher: Publisher,
+    private readonly metrics: BrokerMetrics,
   ) {}
 
   /** Whether a pull may hand over the subscription's messages to forward: its dead-letter topic exists. */
@@ -97,6 +99,7 @@ export class DeadLetters {
     const cancelled = members('cancelled');
     if (done.length > 0) {
       await finishForwarding(ctx.scripts, data, sub, { wakeChannel, members: done });
+      this.metrics.forwardedToDeadLetters(record, done.length);
     }
     if (cancelled.length > 0) await cancelForwarding(ctx.scripts, sub, { wakeChannel, claimUs, members: cancelled });
   }

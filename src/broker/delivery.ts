@@ -3,6 +3,7 @@ import { AckAndPublish, type AckAndPublishRequest } from './ack-and-publish.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
+import type { BrokerMetrics } from './metrics.ts';
 import { DeadLetters } from './dead-letters.ts';
 import type { ResourceName } from './names.ts';
 import { Publisher } from './publish.ts';
@@ -24,6 +25,7 @@ export interface DeliveryOptions {
   rememberTopicMs: number;
   /** Publishes whose packed bodies reach this many bytes stage them outside the script (publish.ts). */
   stageBodiesFromBytes: number;
+  metrics: BrokerMetrics;
 }
 
 export interface PublishRequest {
@@ -70,10 +72,19 @@ export class DeliveryService {
     private readonly subscriptions: SubscriptionService,
     options: DeliveryOptions,
   ) {
-    this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes);
-    this.settlement = new Settlement(regions, options.ackIds);
-    const deadLetters = new DeadLetters(regions, topics, this.publisher);
-    this.puller = new Puller(regions, this.settlement, deadLetters, options.ackIds, options.pullWaitMs, topics);
+    const { metrics } = options;
+    this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes, metrics);
+    this.settlement = new Settlement(regions, options.ackIds, metrics);
+    const deadLetters = new DeadLetters(regions, topics, this.publisher, metrics);
+    this.puller = new Puller(
+      regions,
+      this.settlement,
+      deadLetters,
+      options.ackIds,
+      options.pullWaitMs,
+      topics,
+      metrics,
+    );
     this.ackAndPublish = new AckAndPublish(
       this.settlement,
       this.publisher,

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { invalidArgument, notFound, unavailable } from '../errors.ts';
+import { ApiError, invalidArgument, notFound, unavailable } from '../errors.ts';
 import { publish } from '../redis/calls/publish.ts';
 import type { ClockReading } from './clock.ts';
+import type { BrokerMetrics } from './metrics.ts';
 import { parseFilter, type SubscriptionFilter } from './filter.ts';
 import { stampMessages } from './message-codec.ts';
 import { type DeliverySchedule, deliveryDueUs } from './message-extensions.ts';
@@ -69,12 +70,21 @@ export class Publisher {
     rememberTopicMs: number,
     /** Publishes whose packed bodies reach this many bytes stage them outside the script. */
     private readonly stageBodiesFromBytes: number,
+    private readonly metrics: BrokerMetrics,
   ) {
     this.rememberedTopics = new RememberedTopics(!regions.multiRegion, rememberTopicMs);
   }
 
-  publish(topicName: ResourceName, requested: PubsubMessage[]): Promise<{ messageIds: string[] }> {
-    return this.publishChecked(topicName, this.check(requested));
+  /** A publish request: counted in the metrics, whatever its answer. */
+  async publish(topicName: ResourceName, requested: PubsubMessage[]): Promise<{ messageIds: string[] }> {
+    try {
+      const published = await this.publishChecked(topicName, this.check(requested));
+      this.metrics.publishRequest(topicName.full, 'OK');
+      return published;
+    } catch (error) {
+      this.metrics.publishRequest(topicName.full, error instanceof ApiError ? error.status : 'INTERNAL');
+      throw error;
+    }
   }
 
   /** Checks a publish request and packs its bodies (INVALID_ARGUMENT and the like for a bad one). */
@@ -177,6 +187,7 @@ export class Publisher {
       if (result.kind === 'staged-bodies-missing')
         throw unavailable('The publish could not be stored this time; retry it.');
       ctx.publishClock.observe(result.redisTimeUs);
+      this.metrics.published(record.name, messages.map(messageSize));
       const { firstSeq, duplicates } = result;
       return {
         kind: 'stored',
@@ -229,4 +240,12 @@ function selection(attachment: Attachment, messages: PubsubMessage[]) {
   let takes = '';
   for (const message of messages) takes += filter.matches(message.attributes) ? '1' : '0';
   return takes.includes('0') ? { uid, ordered, takes } : attachment;
+}
+
+/** A message's size as Pub/Sub's message_sizes counts it: data, attributes and ordering key. */
+function messageSize(message: PubsubMessage): number {
+  let size = message.data.length + Buffer.byteLength(message.orderingKey ?? '');
+  for (const [key, value] of Object.entries(message.attributes ?? {}))
+    size += Buffer.byteLength(key) + Buffer.byteLength(value);
+  return size;
 }

@@ -10,6 +10,7 @@ import { resourceId } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import type { DeadLetters } from './dead-letters.ts';
+import type { BrokerMetrics } from './metrics.ts';
 import { RememberedTopics, TOPIC_REMEMBERED_MS } from './remembered-topics.ts';
 import { topicRetentionUs } from './topic-fields.ts';
 import type { TopicService } from './topics.ts';
@@ -94,6 +95,7 @@ export class Puller {
     /** Upper bound of a long-polling pull, in milliseconds. */
     private readonly pullWaitMs: number,
     private readonly topics: TopicService,
+    private readonly metrics: BrokerMetrics,
   ) {}
 
   /** Subscriptions' topics read in the last second (for their retention), and those found missing. */
@@ -248,6 +250,7 @@ export class Puller {
       return { received: [], bytes: 0, nextDueUs: undefined };
     }
     const { nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards } = leased;
+    this.metrics.deadlinesExpired(record, leased.expired);
     if (seqs.length === 0 && forwards.length === 0) return { received: [], bytes: 0, nextDueUs };
     // Read outside the script: Redis copies a body straight into the reply from here.
     const bodies = await readBodies(ctx.redis, data, [...seqs, ...forwards.map((forward) => forward.seq)]);
@@ -290,6 +293,7 @@ export class Puller {
       );
     }
     if (expired.length > 0) await this.settlement.acknowledgeMembers(region, record, expired);
+    this.metrics.leased(record, received.length);
     return { received, bytes, nextDueUs };
   }
 }

@@ -7,6 +7,7 @@ import {
   type SettleResult,
 } from '../redis/calls/delivery.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
+import type { BrokerMetrics } from './metrics.ts';
 import { resourceId } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
@@ -27,6 +28,9 @@ export type IssuedAckIds = (record: SubscriptionRecord) => (ackId: string) => De
 
 const nothingIssued: IssuedAckIds = () => () => undefined;
 
+/** What a settlement does, as Pub/Sub's metrics name it: an acknowledgement or a deadline change. */
+type SettleOperation = 'ack' | 'modack';
+
 /** Ack IDs and the deliveries they name (undefined: malformed, or another subscription's). */
 export type DecodedAckIds = ReadonlyMap<string, Delivery | undefined>;
 
@@ -45,6 +49,7 @@ export class Settlement {
     private readonly regions: Regions,
     /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
     private readonly ackIds: () => Promise<AckIdCodec>,
+    private readonly metrics: BrokerMetrics,
   ) {}
 
   /** Where settlement looks up ack IDs this process issued before decoding them (streams.ts). */
@@ -54,7 +59,7 @@ export class Settlement {
 
   /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
   async acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, await this.deliveriesOf(record, ackIds), (region, members) =>
+    return this.settle(record, await this.deliveriesOf(record, ackIds), 'ack', (region, members) =>
       this.acknowledgeMembers(region, record, members),
     );
   }
@@ -78,7 +83,7 @@ export class Settlement {
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
   async modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    return this.settle(record, await this.deliveriesOf(record, ackIds), (region, members) =>
+    return this.settle(record, await this.deliveriesOf(record, ackIds), 'modack', (region, members) =>
       this.modifyMembers(region, record, members, seconds),
     );
   }
@@ -92,6 +97,7 @@ export class Settlement {
     return this.settle(
       record,
       deliveries,
+      'modack',
       (region, members) => this.modifyMembers(region, record, members, seconds, 'hold'),
       true,
     );
@@ -102,7 +108,13 @@ export class Settlement {
    * subscription. Takes the ack IDs decoded (deliveriesOf).
    */
   acknowledgeStrictly(record: SubscriptionRecord, deliveries: DecodedAckIds): Promise<SettleOutcome> {
-    return this.settle(record, deliveries, (region, members) => this.acknowledgeMembers(region, record, members), true);
+    return this.settle(
+      record,
+      deliveries,
+      'ack',
+      (region, members) => this.acknowledgeMembers(region, record, members),
+      true,
+    );
   }
 
   /** The deliveries ack IDs of the subscription name (undefined: malformed, or another's). */
@@ -124,12 +136,14 @@ export class Settlement {
    * cannot be reached fails the call after the others are applied.
    */
   acknowledgeLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
-    return this.settleLeased(record, deliveries, (region, members) => this.acknowledgeMembers(region, record, members));
+    return this.settleLeased(record, deliveries, 'ack', (region, members) =>
+      this.acknowledgeMembers(region, record, members),
+    );
   }
 
   /** New deadlines (0 = nack) for leases this process holds (see acknowledgeLeased). */
   modifyLeased(record: SubscriptionRecord, deliveries: readonly Delivery[], seconds: number): Promise<void> {
-    return this.settleLeased(record, deliveries, (region, members) =>
+    return this.settleLeased(record, deliveries, 'modack', (region, members) =>
       this.modifyMembers(region, record, members, seconds),
     );
   }
@@ -140,7 +154,7 @@ export class Settlement {
    * the message.
    */
   releaseLeased(record: SubscriptionRecord, deliveries: readonly Delivery[]): Promise<void> {
-    return this.settleLeased(record, deliveries, (region, members) =>
+    return this.settleLeased(record, deliveries, 'modack', (region, members) =>
       this.modifyMembers(region, record, members, 0, 'release'),
     );
   }
@@ -173,6 +187,7 @@ export class Settlement {
   private async settle(
     record: SubscriptionRecord,
     deliveries: DecodedAckIds,
+    operation: SettleOperation,
     apply: (region: Region, members: string[]) => Promise<SettleResult>,
     strict = false,
   ): Promise<SettleOutcome> {
@@ -199,6 +214,7 @@ export class Settlement {
         continue;
       }
       const results = this.outcomes(region, record, members, settled);
+      this.count(record, operation, results, exactlyOnce);
       const resultOf = new Map(members.map((member, i) => [member, results[i]]));
       for (const [ackId, member] of memberOf) {
         const result = resultOf.get(member);
@@ -207,14 +223,33 @@ export class Settlement {
         else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
       }
     }
+    for (const code of outcome.failures.values()) {
+      this.metrics.exactlyOnceWarning(record, code === 'TRANSIENT_FAILURE_OTHER' ? 'server' : 'client', operation);
+    }
     if (regionFailure) throw regionFailure;
     return outcome;
+  }
+
+  /**
+   * Counts what a script did in the metrics: acknowledgements, and leases found past their deadline
+   * (on an exactly-once subscription such a call fails: an exactly-once warning instead).
+   */
+  private count(
+    record: SubscriptionRecord,
+    operation: SettleOperation,
+    results: DeliveryOutcome[],
+    exactlyOnce: boolean,
+  ) {
+    const taken = (result: DeliveryOutcome) => result === 'applied' || (!exactlyOnce && result === 'expired');
+    if (operation === 'ack') this.metrics.acknowledged(record, results.filter(taken).length);
+    if (!exactlyOnce) this.metrics.deadlinesExpired(record, results.filter((result) => result === 'expired').length);
   }
 
   /** Settles leases this process holds (see acknowledgeLeased), one script per region. */
   private async settleLeased(
     record: SubscriptionRecord,
     deliveries: readonly Delivery[],
+    operation: SettleOperation,
     apply: (region: Region, members: string[]) => Promise<SettleResult>,
   ): Promise<void> {
     const byRegion = new Map<Region, Set<string>>();
@@ -227,7 +262,12 @@ export class Settlement {
     for (const [region, memberSet] of byRegion) {
       const members = [...memberSet];
       try {
-        this.outcomes(region, record, members, await this.applyIn(region, members, apply));
+        this.count(
+          record,
+          operation,
+          this.outcomes(region, record, members, await this.applyIn(region, members, apply)),
+          false,
+        );
       } catch (error) {
         regionFailure ??= error;
       }

@@ -1,4 +1,4 @@
-import type { sendUnaryData, ServerUnaryCall, UntypedHandleCall } from '@grpc/grpc-js';
+import { type sendUnaryData, type ServerUnaryCall, status as Status, type UntypedHandleCall } from '@grpc/grpc-js';
 import type { Broker } from '../broker/broker.ts';
 import type { CallContext } from '../broker/call-context.ts';
 import { invalidArgument, unexpectedError } from '../errors.ts';
@@ -37,9 +37,12 @@ export function unary<Request, Response>(
   return (call: ServerUnaryCall<Request, Response>, callback: sendUnaryData<Response>) => {
     const cancelled = new AbortController();
     call.on('cancelled', () => cancelled.abort());
-    const startedAt = Date.now();
-    const logCall = (code: number) =>
-      services.log.call?.(`gRPC ${call.getPath()} ${code} ${Date.now() - startedAt} ms`);
+    const startedAt = performance.now();
+    const logCall = (code: Status) => {
+      const elapsedMs = performance.now() - startedAt;
+      services.broker.metrics.request(call.getPath(), Status[code], elapsedMs / 1000);
+      services.log.call?.(`gRPC ${call.getPath()} ${code} ${Math.round(elapsedMs)} ms`);
+    };
     // A handler that throws before its first await (a missing name) is answered like one that rejects.
     new Promise<Response>((resolve) =>
       resolve(run(decoded(call.request), grpcCaller(services.broker, cancelled.signal))),

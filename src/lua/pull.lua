@@ -30,7 +30,7 @@
              else '': they are delivered again instead
   ARGV[7]    the topic's messageRetentionDuration in µs, or '' when it has none: messages are
              kept for the longer of it and the subscription's retention
-  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, claimEndUs, seq1, gen1[, attempt1],
+  Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, claimEndUs, expired, seq1, gen1[, attempt1],
               ..., fseq1, fgen1, fcount1, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
              deadline, backoff end or forwarding claim's end ('' if there is none), so the
@@ -44,6 +44,8 @@
              with its delivery attempt), else 2
              claimEndUs: until when this caller's claim on the forwards holds (cancel-forwarding
              gives back only a claim of that end)
+             expired: how many leases this call found past their deadline (Pub/Sub's expired ack
+             deadlines; a keyed lease the cascade of an earlier one revoked is not counted)
              {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached)
              The bodies are not returned: a body read into Lua costs a pass over every byte
              (Redis hashes every string Lua makes), so the caller reads them with HMGET.
@@ -83,7 +85,7 @@ local oldest_kept = now - math.max(tonumber(config[2]), tonumber(ARGV[7]) or 0)
 -- unfinished forward over, with a claim of its own.
 local FORWARD_CLAIM_US = 30000000
 local claim_end = now + FORWARD_CLAIM_US
-local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2, claim_end}
+local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2, claim_end, 0}
 -- bodiless: the messages dropped because their body is gone.
 local leases, forwards, claims, bodiless = {}, {}, {}, {}
 local bytes, max_bytes = 0, tonumber(ARGV[5])
@@ -231,6 +233,7 @@ for i = 1, #expired, 2 do
   local seq, gen = split_entry(member)
   local info = redis.call('HGET', keys.deliveries, seq)
   if not info then
+    out[7] = out[7] + 1
     redis.call('ZREM', leased_key, member)
     local available_at = deadline + backoff_us(policy, attempts_of(gen))
     if available_at > now then
@@ -241,6 +244,7 @@ for i = 1, #expired, 2 do
       redis.call('LPUSH', ready_key, member)
     end
   elseif redis.call('ZSCORE', leased_key, member) then -- not revoked by an earlier cascade
+    out[7] = out[7] + 1
     local _, _, key = split_keyed_delivery(info)
     if revoke_from(keys, key, seq, 'expired', now, policy) then woke = true end
   end

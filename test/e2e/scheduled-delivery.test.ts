@@ -14,6 +14,7 @@ import { ManualClock } from '../../src/broker/clock.ts';
 import { formatTimestampUs } from '../../src/broker/durations.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { b64, startBroker, type TestBroker, unb64 } from '../helpers/app.ts';
+import { sampleValue } from '../helpers/metrics.ts';
 import { redisTargets } from '../helpers/redis.ts';
 import { pullNow, topicData } from '../helpers/topic.ts';
 import { waitUntil } from '../helpers/wait.ts';
@@ -261,8 +262,7 @@ t.test('messages published together for one time wait as one entry, and count as
   t.equal(await broker.redis.hget(sub.config, 'inRuns'), '296', 'the runs stand for 296 more messages');
   const backlog = async () => {
     const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body;
-    const line = metrics.split('\n').find((l) => l.includes('subscription="projects/p/subscriptions/work"'));
-    return Number(line?.split(' ').pop());
+    return sampleValue(metrics, 'pubsub_subscription_num_undelivered_messages', { project: 'p', subscription: 'work' });
   };
   t.equal(await backlog(), 300, 'the backlog gauge counts every message');
   t.same(await receive(broker, 'work'), ['m150']);

@@ -81,14 +81,3 @@ export async function startRegions(
   for (const name of names) await waitReady(name);
   return { redis, brokers, prefix, api, waitReady };
 }
-
-/** The un-acked counts of `subscription` (its full name) by region, from a /metrics text. */
-export function unackedByRegion(metrics: string, subscription: string): Map<string, number> {
-  const counts = new Map<string, number>();
-  const line =
-    /^pubsub_subscription_num_unacked_messages_by_region\{subscription="([^"]+)",region="([^"]*)"\} (\d+)$/gm;
-  for (const match of metrics.matchAll(line)) {
-    if (match[1] === subscription) counts.set(match[2], Number(match[3]));
-  }
-  return counts;
-}

@@ -377,7 +377,7 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     what: 'pull',
-    reply: [codes.REPLY_OK, '', 0, 0, 2, '1000', 1],
+    reply: [codes.REPLY_OK, '', 0, 0, 2, 1000, 0, '1000', 1],
     call: (scripts) =>
       pull(scripts, data, sub, { time, max: 10, leaseUs: 1_000_000, wakeChannel, maxBytes: 100, mayForward: true }),
   },
@@ -505,8 +505,9 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     what: 'count-backlog',
-    reply: [codes.REPLY_OK, 3, 1, 0, '1700000000000000', 1700000001000000],
-    call: (scripts) => countBacklog(scripts, data, sub, time),
+    reply: [codes.REPLY_OK, 1700000001000000, 3, 1, 0, '1700000000000000', codes.REPLY_NO_SUBSCRIPTION, 0, 0, ''],
+    moreKeys: 2 * 9, // nine per subscription counted
+    call: (scripts) => countBacklog(scripts, data, [sub, data.subscription('0123456789abcdef')], time),
   },
   {
     what: 'index-holds',

@@ -6,7 +6,8 @@
 
 import t, { type Test } from 'tap';
 import { b64 } from '../helpers/app.ts';
-import { startRegions, unackedByRegion, type Deployment } from '../helpers/regions.ts';
+import { unackedByRegion } from '../helpers/metrics.ts';
+import { startRegions, type Deployment } from '../helpers/regions.ts';
 import { StreamClient } from '../streaming/_ws.ts';
 import type { AddressInfo } from 'node:net';
 

@@ -50,7 +50,7 @@ import { seededRandom } from '../helpers/random.ts';
 import { startBrokerProcess, stopProcess, type BrokerProcess } from '../helpers/processes.ts';
 import { killAllRedisProcesses, startRedisProcess } from '../helpers/redis-process.ts';
 import { uniquePrefix } from '../helpers/redis.ts';
-import { unackedByRegion as parseUnackedByRegion } from '../helpers/regions.ts';
+import { unackedByRegion as parseUnackedByRegion } from '../helpers/metrics.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
 const SEED = process.env.SEED ? Number(process.env.SEED) : randomInt(2 ** 31);

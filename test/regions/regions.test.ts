@@ -5,7 +5,8 @@
 
 import t from 'tap';
 import { b64, unb64 } from '../helpers/app.ts';
-import { startRegions, unackedByRegion, type Deployment } from '../helpers/regions.ts';
+import { unackedByRegion } from '../helpers/metrics.ts';
+import { startRegions, type Deployment } from '../helpers/regions.ts';
 import { waitUntil } from '../helpers/wait.ts';
 import { StreamClient } from '../streaming/_ws.ts';
 

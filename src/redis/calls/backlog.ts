@@ -92,34 +92,42 @@ export async function readBacklog(
   return { kind: 'read', examined: Number(examined), entries, next };
 }
 
-export type CountBacklogResult =
-  | { kind: 'no-subscription' }
+/** One subscription's counts (count-backlog.lua); 'no-subscription' where it is not attached. */
+export type BacklogCount =
+  | 'no-subscription'
   | {
-      kind: 'counted';
       unacked: number;
       leased: number;
       forwarding: number;
       /** The publish time of the oldest un-acked message (µs), undefined when there is none. */
       oldestUs: number | undefined;
-      /** The script's clock (µs), for that message's age. */
-      nowUs: number;
     };
 
+/**
+ * Counts subscriptions of one topic incarnation (`data`) in one script: their counts in the same
+ * order, and the script's clock (µs), for the ages of their oldest messages.
+ */
 export async function countBacklog(
   scripts: Scripts,
   data: TopicKeys,
-  sub: SubscriptionKeys,
+  subs: readonly SubscriptionKeys[],
   time: string,
-): Promise<CountBacklogResult> {
-  const reply = (await scripts.run(
-    'count-backlog',
-    [...holdingKeys(sub), sub.keyStates, data.bodies, sub.holds, sub.holdBlocks],
-    [time],
-  )) as (number | string)[];
-  if (reply[0] === REPLY_NO_SUBSCRIPTION && reply.length === 1) return { kind: 'no-subscription' };
-  if (reply[0] !== REPLY_OK || reply.length !== 6) throw unexpectedReply('count-backlog', reply);
-  const [, unacked, leased, forwarding, oldest, now] = reply.map(Number);
-  return { kind: 'counted', unacked, leased, forwarding, oldestUs: reply[4] === '' ? undefined : oldest, nowUs: now };
+): Promise<{ nowUs: number; counts: BacklogCount[] }> {
+  const keys = [data.bodies];
+  for (const sub of subs) keys.push(...holdingKeys(sub), sub.keyStates, sub.holds, sub.holdBlocks);
+  const reply = (await scripts.run('count-backlog', keys, [time])) as (number | string)[];
+  if (reply[0] !== REPLY_OK || reply.length !== 2 + 4 * subs.length) throw unexpectedReply('count-backlog', reply);
+  const counts = subs.map((_, i): BacklogCount => {
+    const [unacked, leased, forwarding, oldest] = reply.slice(2 + 4 * i, 6 + 4 * i);
+    if (unacked === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
+    return {
+      unacked: Number(unacked),
+      leased: Number(leased),
+      forwarding: Number(forwarding),
+      oldestUs: oldest === '' ? undefined : Number(oldest),
+    };
+  });
+  return { nowUs: Number(reply[1]), counts };
 }
 
 /** Runs index-holds.lua: writes the subscription's holds from what it holds (storage-format.ts). */

@@ -55,6 +55,8 @@ export type PullResult =
       /** Each leased message's delivery attempt, on subscriptions with a dead-letter policy. */
       attempts?: number[];
       forwards: Forward[];
+      /** How many leases the script found past their deadline. */
+      expired: number;
     };
 
 export async function pull(
@@ -87,15 +89,15 @@ export async function pull(
       call.mayForward ? '1' : '',
       call.topicRetentionUs ? String(call.topicRetentionUs) : '',
     ],
-  )) as [number, number | '', number, number, number, number, ...(string | number)[]];
+  )) as [number, number | '', number, number, number, number, number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
   if (reply[0] !== REPLY_OK) throw unexpectedReply('pull', reply);
-  const [, due, oldestKeptUs, forwardCount, stride, claimUs] = reply;
+  const [, due, oldestKeptUs, forwardCount, stride, claimUs, expired] = reply;
   const forwardsAt = reply.length - 3 * forwardCount;
   const seqs: string[] = [];
   const generations: number[] = [];
   const attempts: number[] | undefined = stride === 3 ? [] : undefined;
-  for (let i = 6; i < forwardsAt; i += stride) {
+  for (let i = 7; i < forwardsAt; i += stride) {
     seqs.push(String(reply[i]));
     generations.push(Number(reply[i + 1]));
     attempts?.push(Number(reply[i + 2]));
@@ -110,7 +112,7 @@ export async function pull(
     });
   }
   const nextDueUs = typeof due === 'number' ? due : undefined;
-  return { kind: 'leased', nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards };
+  return { kind: 'leased', nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards, expired };
 }
 
 /**
