@@ -8,8 +8,10 @@
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
  *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled,
- *                           outbox, backlog (default all)
+ *                           outbox, backlog, metrics (default all)
  *   BENCH_BACKLOG_MESSAGES  the large backlog the backlog pages are read from (default 1000000)
+ *   BENCH_METRICS_SUBSCRIPTIONS  subscriptions of the metrics workload (default 10000)
+ *   BENCH_METRICS_TOPICS    the topics they are spread over (default 100)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
@@ -52,6 +54,7 @@ export const WORKLOAD_NAMES = [
   'scheduled',
   'outbox',
   'backlog',
+  'metrics',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
@@ -75,6 +78,8 @@ export interface BenchConfig {
   policiesRounds: number;
   seekMessages: number;
   backlogMessages: number;
+  metricsSubscriptions: number;
+  metricsTopics: number;
   only: Set<WorkloadName>;
   brokerNodeArgs: string[];
   brokerEntry?: string;
@@ -125,6 +130,8 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     policiesRounds: positiveInt(env, 'BENCH_POLICIES_ROUNDS', 3),
     seekMessages: positiveInt(env, 'BENCH_SEEK_MESSAGES', 1_000_000),
     backlogMessages: positiveInt(env, 'BENCH_BACKLOG_MESSAGES', 1_000_000),
+    metricsSubscriptions: positiveInt(env, 'BENCH_METRICS_SUBSCRIPTIONS', 10_000),
+    metricsTopics: positiveInt(env, 'BENCH_METRICS_TOPICS', 100),
     only: new Set((onlyRaw.length ? onlyRaw : WORKLOAD_NAMES) as WorkloadName[]),
     brokerNodeArgs: (env.BENCH_BROKER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     brokerEntry: env.BENCH_BROKER_ENTRY || undefined,

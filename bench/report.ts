@@ -94,6 +94,7 @@ export const KEYS = {
   ackAndPublish: 'pull, acknowledgeAndPublish (one call)',
   backlogPagesSmall: 'backlog pages of 1,000 (10,000 waiting)',
   backlogPagesLarge: 'backlog pages of 1,000 (large backlog)',
+  metricsScrape: 'scrapes of /metrics (10,000 subscriptions)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -183,6 +184,8 @@ const BARS = {
   idempotentPublishShare: 0.7,
   backlogPageGrowth: 1.5,
   fallenDueShare: 0.5,
+  scrapeCpuMs: 100,
+  scrapeRssGrowthBytes: 10 * 1024 * 1024,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -396,6 +399,26 @@ export function computeBars(results: BenchResults): void {
     times,
     '>= 0.50x',
     [KEYS.pullFallenDue, KEYS.pullNow],
+  );
+  const scrapes = results.workloads[KEYS.metricsScrape];
+  const scrapesCpu = results.cpu[KEYS.metricsScrape];
+  below(
+    'broker CPU per /metrics scrape, 10,000 subscriptions',
+    scrapes && scrapesCpu ? (scrapesCpu.brokerCpuSeconds / scrapes.messages) * 1000 : undefined,
+    BARS.scrapeCpuMs,
+    (n) => `${n.toFixed(0)} ms`,
+    '<= 100 ms',
+    true,
+    [KEYS.metricsScrape],
+  );
+  below(
+    'broker RSS growth over ten scrapes in a row',
+    scrapes ? Number(scrapes.notes?.rssGrowthBytes) : undefined,
+    BARS.scrapeRssGrowthBytes,
+    (n) => `${(n / 2 ** 20).toFixed(1)} MiB`,
+    '< 10 MiB',
+    false,
+    [KEYS.metricsScrape],
   );
   atLeast(
     'pull+ack, dead-letter + retry policy vs none',

@@ -26,6 +26,7 @@ import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from 
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
+import { scrapeMetrics, setUpMetricsWorkload, tearDownMetricsWorkload } from './metrics-workload.ts';
 import { Latency, sleep } from './stats.ts';
 import { idempotentBodies, OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
@@ -1037,6 +1038,18 @@ async function main(): Promise<void> {
     if (runs('scheduled')) await scheduledWorkload();
     if (runs('outbox')) await outboxWorkload();
     if (runs('backlog')) await backlogWorkload();
+    if (runs('metrics')) {
+      const layout = { subscriptions: config.metricsSubscriptions, topics: config.metricsTopics };
+      const brokerPid = broker.pid;
+      log(`metrics: ${layout.subscriptions.toLocaleString('en-US')} subscriptions on ${layout.topics} topics...`);
+      await setUpMetricsWorkload(client, layout, c);
+      await client.request('GET', '/metrics'); // the first reads every record; not measured
+      record(
+        KEYS.metricsScrape,
+        await measure(KEYS.metricsScrape, () => scrapeMetrics(client, KEYS.metricsScrape, brokerPid)),
+      );
+      await tearDownMetricsWorkload(client, layout);
+    }
     if (runs('replay')) await replayWorkload();
     if (runs('push')) {
       record(
