@@ -39,11 +39,26 @@ export class BacklogGauges {
       this.regions.localFirst().map(async (region) => ({ region, counts: await countAll(region, records) })),
     );
     const perRegion = this.regions.multiRegion; // without regions it would repeat the totals
-    const undelivered: string[] = [];
-    const outstanding: string[] = [];
-    const oldest: string[] = [];
-    const unackedByRegion: string[] = [];
-    const oldestByRegion: string[] = [];
+    const undelivered = new GaugeText(
+      'num_undelivered_messages',
+      'Messages not yet acknowledged, over every region (global).',
+    );
+    const outstanding = new GaugeText(
+      'num_outstanding_messages',
+      'Messages leased to a subscriber and not yet acknowledged (global).',
+    );
+    const oldest = new GaugeText(
+      'oldest_unacked_message_age',
+      'Age in seconds of the oldest unacknowledged message, over every region (global; absent with none).',
+    );
+    const unackedByRegion = new GaugeText(
+      'num_unacked_messages_by_region',
+      'Messages not yet acknowledged, by the region that stores them (global).',
+    );
+    const oldestByRegion = new GaugeText(
+      'oldest_unacked_message_age_by_region',
+      'Age in seconds of the oldest unacknowledged message stored in the region (global; absent with none).',
+    );
     subscriptions.forEach(({ labels }, i) => {
       let unacked = 0;
       let leased = 0;
@@ -54,42 +69,17 @@ export class BacklogGauges {
         unacked += counted.unacked;
         leased += counted.leased;
         const regionLabels = perRegion ? `${labels},region="${escapeLabelValue(region.name)}"` : '';
-        if (perRegion) unackedByRegion.push(`{${regionLabels}} ${counted.unacked}`);
+        if (perRegion) unackedByRegion.add(regionLabels, counted.unacked);
         if (counted.ageSeconds === undefined) continue;
-        if (perRegion) oldestByRegion.push(`{${regionLabels}} ${counted.ageSeconds}`);
+        if (perRegion) oldestByRegion.add(regionLabels, counted.ageSeconds);
         oldestAge = Math.max(oldestAge ?? 0, counted.ageSeconds);
       }
-      undelivered.push(`{${labels}} ${unacked}`);
-      outstanding.push(`{${labels}} ${leased}`);
-      if (oldestAge !== undefined) oldest.push(`{${labels}} ${oldestAge}`);
+      undelivered.add(labels, unacked);
+      outstanding.add(labels, leased);
+      if (oldestAge !== undefined) oldest.add(labels, oldestAge);
     });
-    return [
-      gauge('num_undelivered_messages', 'Messages not yet acknowledged, over every region (global).', undelivered),
-      gauge(
-        'num_outstanding_messages',
-        'Messages leased to a subscriber and not yet acknowledged (global).',
-        outstanding,
-      ),
-      gauge(
-        'oldest_unacked_message_age',
-        'Age in seconds of the oldest unacknowledged message, over every region (global; absent with none).',
-        oldest,
-      ),
-      ...(perRegion
-        ? [
-            gauge(
-              'num_unacked_messages_by_region',
-              'Messages not yet acknowledged, by the region that stores them (global).',
-              unackedByRegion,
-            ),
-            gauge(
-              'oldest_unacked_message_age_by_region',
-              'Age in seconds of the oldest unacknowledged message stored in the region (global; absent with none).',
-              oldestByRegion,
-            ),
-          ]
-        : []),
-    ].join('');
+    const written = [undelivered, outstanding, oldest, ...(perRegion ? [unackedByRegion, oldestByRegion] : [])];
+    return written.map((gauge) => gauge.text()).join('');
   }
 
   /** Every subscription record (a detached one too: it shows an empty backlog), and its label text. */
@@ -110,10 +100,23 @@ export class BacklogGauges {
   }
 }
 
-function gauge(name: string, help: string, samples: string[]): string {
-  const full = `pubsub_subscription_${name}`;
-  const lines = samples.map((sample) => `${full}${sample}\n`).join('');
-  return `# HELP ${full} ${help}\n# TYPE ${full} gauge\n${lines}`;
+/** One gauge's lines in the text format. */
+class GaugeText {
+  private readonly name: string;
+  private readonly lines: string[];
+
+  constructor(name: string, help: string) {
+    this.name = `pubsub_subscription_${name}`;
+    this.lines = [`# HELP ${this.name} ${help}\n# TYPE ${this.name} gauge\n`];
+  }
+
+  add(labels: string, value: number): void {
+    this.lines.push(`${this.name}{${labels}} ${value}\n`);
+  }
+
+  text(): string {
+    return this.lines.join('');
+  }
 }
 
 /** `project="p",subscription="s",topic="t"`: the IDs of the subscription's name and topic. */
