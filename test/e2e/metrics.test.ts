@@ -3,8 +3,10 @@
 // gauges say so, labelled by project, subscription and topic, and the request metrics name the
 // route and the Pub/Sub status. Over gRPC the request metrics name the RPC.
 
+import { existsSync, readFileSync } from 'node:fs';
 import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
+import { packagePath } from '../../src/paths.ts';
 import { b64, startBroker } from '../helpers/app.ts';
 import { sampleValue, samplesOf } from '../helpers/metrics.ts';
 import { redisTargets } from '../helpers/redis.ts';
@@ -135,4 +137,34 @@ t.test('gRPC calls are counted by RPC and status', async (t) => {
     sampleValue(metrics, 'pubsub_request_latencies_seconds_count', { method: '/google.pubsub.v1.Publisher/GetTopic' }),
     1,
   );
+});
+
+t.test('the Grafana dashboard and Prometheus set-up read metrics the broker serves', async (t) => {
+  const broker = await startBroker(t, { name: 'metrics-dashboard' });
+  const served = new Set(
+    [...(await broker.app.inject({ method: 'GET', url: '/metrics' })).body.matchAll(/^# TYPE (\S+) /gm)].map(
+      (m) => m[1],
+    ),
+  );
+  const dashboard = JSON.parse(
+    readFileSync(packagePath('docs/monitoring/grafana/dashboards/pubsub-broker.json'), 'utf8'),
+  );
+  const expressions = [
+    ...dashboard.panels.flatMap((panel: { targets: { expr: string }[] }) => panel.targets.map((target) => target.expr)),
+    ...dashboard.templating.list.map((variable: { query: { query: string } }) => variable.query.query),
+  ];
+  const used = new Set(
+    expressions.flatMap((expr: string) => [...expr.matchAll(/\b((?:pubsub|process)_\w+)/g)].map((m) => m[1])),
+  );
+  t.ok(used.size >= 10, `the dashboard reads ${used.size} metrics`);
+  for (const name of used) {
+    t.ok(served.has(name.replace(/_bucket$/, '')), `${name} is served`);
+  }
+  const prometheus = readFileSync(packagePath('docs/monitoring/prometheus.yml'), 'utf8');
+  const compose = readFileSync(packagePath('docker-compose.yml'), 'utf8');
+  t.match(prometheus, /targets: \["broker:8085"\]/, 'Prometheus scrapes the compose broker');
+  t.match(compose, /PORT: "8085"/, 'which listens there');
+  for (const [, mounted] of compose.matchAll(/- \.\/(docs\/monitoring\/[^:]+):/g)) {
+    t.ok(existsSync(packagePath(mounted)), `${mounted} exists`);
+  }
 });
