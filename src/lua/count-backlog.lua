@@ -40,15 +40,16 @@ local function count(config_key, ready_key, leased_key, delayed_key, forwarding_
     for _, state in ipairs(redis.call('HVALS', states_key)) do keyed_held = keyed_held + (tonumber(state) or 1) end
     entries = entries + redis.call('ZCARD', keyed_key)
   end
-  -- The oldest un-acked message: the first one held in the first block that holds any.
-  local oldest = ''
-  local first_block = redis.call('ZRANGE', blocks_key, 0, 0)[1]
+  -- The oldest un-acked message: the first one held in the first block that holds any (none
+  -- without messages, by invariant 5).
+  local unacked, oldest = entries - keyed_held, ''
+  local first_block = unacked > 0 and redis.call('ZRANGE', blocks_key, 0, 0)[1]
   if first_block then
     local at = string.find(redis.call('HGET', holds_key, first_block) or '', '1', 1, true)
     local body = at and redis.call('HGET', body_location(bodies_prefix, first_block .. string.format('%03d', at - 1)))
     if body then oldest = string.sub(body, 1, 16) end
   end
-  return entries - keyed_held, leased, forwarding, oldest
+  return unacked, leased, forwarding, oldest
 end
 
 local reply = {REPLY_OK, now_us(ARGV[1])}
