@@ -5,6 +5,7 @@
 
 process.env.METADATA_SERVER_DETECTION = 'none';
 
+import { sampleValue } from '../helpers/metrics.ts';
 import type { FastifyInstance } from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { buildApp } from '../../src/app.ts';
@@ -60,11 +61,12 @@ export const unique = (name: string) => `${name}-${Math.random().toString(36).sl
 /** The unacknowledged messages of a subscription (leased ones included), from the broker's /metrics. */
 export async function backlog(app: FastifyInstance, subscriptionId: string): Promise<number> {
   const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
-  const line = text
-    .split('\n')
-    .find((l) => l.includes(`subscription="${subscriptionPath(subscriptionId)}"`) && !l.startsWith('#'));
-  if (!line) throw new Error(`no backlog line for ${subscriptionId} in /metrics`);
-  return Number(line.split(' ').at(-1));
+  const value = sampleValue(text, 'pubsub_subscription_num_undelivered_messages', {
+    project: PROJECT,
+    subscription: subscriptionId,
+  });
+  if (value === undefined) throw new Error(`no backlog line for ${subscriptionId} in /metrics`);
+  return value;
 }
 
 export { rejection } from '../helpers/official-client.ts';
