@@ -10,9 +10,11 @@ import Fastify, {
 import { isAscii } from 'node:buffer';
 import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
 import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
+import type { Authentication } from './auth/authentication.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
 import { createGrpcFrontEnd } from './grpc/front-end.ts';
 import { shareWithGrpc } from './grpc/one-port.ts';
@@ -32,10 +34,10 @@ export interface HttpOptions {
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
   /**
-   * Runs before every route, the WebSocket upgrade of streaming pull included; throw an ApiError
-   * (e.g. UNAUTHENTICATED) to refuse the request. The place for authentication.
+   * Authenticates every call of every front end (src/auth/); without it, nothing is asked of
+   * callers and their calls carry no principal.
    */
-  onRequest?: (request: FastifyRequest) => Promise<void>;
+  authentication?: Authentication;
   /** Serve gRPC on the HTTP port too (the default); false serves HTTP alone. */
   grpc?: boolean;
 }
@@ -71,7 +73,7 @@ declare module 'fastify' {
 /** Builds the app. It never listens: src/server.ts does. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: options.logger ?? false,
+    logger: withoutTokensInUrls(options.logger ?? false),
     logController: new LogController({ disableRequestLogging: !options.logRequests }),
     // Resource IDs may be 255 characters long (fastify's default limit is 100).
     routerOptions: { maxParamLength: 512 },
@@ -101,10 +103,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const grpc =
     options.grpc === false
       ? undefined
-      : createGrpcFrontEnd(broker, {
-          error: (message) => app.log.error(message),
-          call: options.logRequests ? (message) => app.log.info(message) : undefined,
-        });
+      : createGrpcFrontEnd(
+          broker,
+          {
+            error: (message) => app.log.error(message),
+            call: options.logRequests ? (message) => app.log.info(message) : undefined,
+          },
+          options.authentication,
+        );
   if (grpc) shareWithGrpc(app.server, grpc);
 
   const routeList: RegisteredRoute[] = [];
@@ -158,12 +164,32 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // Twice the frame limit, so that the stream itself can answer an oversize frame with a
   // Pub/Sub error; beyond that the WebSocket layer closes with 1009.
-  await app.register(websocket, { options: { maxPayload: 2 * MAX_STREAM_FRAME_BYTES } });
+  await app.register(websocket, {
+    options: { maxPayload: 2 * MAX_STREAM_FRAME_BYTES, handleProtocols: chooseSubprotocol },
+  });
   // After the WebSocket plugin: its own hook must see an upgrade first, or a refused upgrade's
   // socket is never cleaned up (and close() waits for it forever).
-  if (options.onRequest) app.addHook('onRequest', options.onRequest);
+  if (options.authentication) authenticateRequests(app, options.authentication);
   await app.register(registerRoutes, { broker: app.broker });
   return app;
+}
+
+/** Fastify's logger, its request lines showing URLs without the token a WebSocket upgrade may carry. */
+function withoutTokensInUrls(logger: NonNullable<FastifyServerOptions['logger']>): FastifyServerOptions['logger'] {
+  if (typeof logger !== 'object') return logger;
+  return {
+    ...logger,
+    serializers: {
+      ...logger.serializers,
+      req: (request: FastifyRequest) => ({
+        method: request.method,
+        url: redactedUrl(request.url),
+        host: request.host,
+        remoteAddress: request.ip,
+        remotePort: request.socket?.remotePort,
+      }),
+    },
+  };
 }
 
 /**

@@ -1,5 +1,6 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { buildApp } from './app.ts';
+import { Authentication, AuthenticationSetupError } from './auth/authentication.ts';
 import { createBroker } from './broker/broker.ts';
 import type { Region } from './broker/regions.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
@@ -49,6 +50,8 @@ async function main(): Promise<void> {
   const log = (message: string) => {
     if (config.LOG_LEVEL !== 'silent') process.stderr.write(`[broker] ${message}\n`);
   };
+  // Before anything starts: a credential file that cannot be read stops the broker here.
+  const authentication = Authentication.fromConfig(config, { info: log, warn: log });
   const managed =
     config.REDIS_URL || config.REDIS_CLUSTER_NODES || config.REGIONS
       ? undefined
@@ -79,6 +82,7 @@ async function main(): Promise<void> {
   };
   const logger = { level: config.LOG_LEVEL };
   const app = await buildApp({
+    authentication,
     logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
     broker: await createBroker({
@@ -100,6 +104,7 @@ async function main(): Promise<void> {
     shuttingDown = true;
     log(`${reason}, shutting down`);
     // The broker ends long polls and streams while the server finishes its other requests.
+    authentication?.close();
     await Promise.all([app.close(), app.broker.close()]);
     for (const region of [local, ...others]) {
       region.redis.disconnect();
@@ -110,6 +115,9 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM received'));
   process.on('SIGINT', () => void shutdown('SIGINT received'));
+  // SIGHUP re-reads the credential files (they are also watched); without authentication it is ignored.
+  process.on('SIGHUP', () => authentication?.reload());
+  authentication?.watch();
 
   refuseStore = (problem) => {
     log(problem);
@@ -123,11 +131,12 @@ async function main(): Promise<void> {
     : config.REGION
       ? `region ${config.REGION} of ${config.REGIONS!.map((region) => region.name).join(', ')}`
       : 'external Redis';
-  log(`listening on ${address} (gRPC, REST and WebSocket), using ${redisDescription}`);
+  const callers = authentication ? 'callers authenticated' : 'no authentication';
+  log(`listening on ${address} (gRPC, REST and WebSocket; ${callers}), using ${redisDescription}`);
 }
 
 main().catch((error: unknown) => {
-  if (error instanceof ConfigError || error instanceof ManagedRedisError) {
+  if (error instanceof ConfigError || error instanceof ManagedRedisError || error instanceof AuthenticationSetupError) {
     process.stderr.write(`${error.message}\n`);
   } else {
     process.stderr.write(`broker failed to start: ${(error as Error).stack ?? error}\n`);
