@@ -139,6 +139,10 @@ const environmentSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Bearer tokens and the principals they name (format: src/auth/token-file.ts, README). */
   AUTH_TOKENS_FILE: z.string().min(1).optional(),
+  /** JWTs signed by a key of this JWKS file, with this issuer and audience (src/auth/jwt.ts). */
+  AUTH_JWKS_FILE: z.string().min(1).optional(),
+  AUTH_JWT_ISSUER: z.string().min(1).optional(),
+  AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
   /** Listening beyond loopback without authentication needs this said explicitly. */
   ALLOW_UNAUTHENTICATED: flag.default(false),
   /**
@@ -168,12 +172,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError('Set REDIS_URL or REDIS_CLUSTER_NODES, not both.');
   }
   checkRegions(config);
+  checkJwtSettings(config);
   checkExposure(config);
   return config;
 }
 
 /** Whether any authentication mode is configured (else every caller is let in). */
-export const authenticates = (config: Config): boolean => config.AUTH_TOKENS_FILE !== undefined;
+export const authenticates = (config: Config): boolean =>
+  config.AUTH_TOKENS_FILE !== undefined || config.AUTH_JWKS_FILE !== undefined;
+
+/** A JWT is checked against its keys, issuer and audience: all three, or none. */
+function checkJwtSettings(config: Config): void {
+  const given = [config.AUTH_JWKS_FILE, config.AUTH_JWT_ISSUER, config.AUTH_JWT_AUDIENCE].filter(Boolean).length;
+  if (given !== 0 && given !== 3) {
+    throw new ConfigError('Set AUTH_JWKS_FILE, AUTH_JWT_ISSUER and AUTH_JWT_AUDIENCE together to accept JWTs.');
+  }
+}
 
 /** Loopback addresses only this machine reaches. A host name other than localhost may resolve to anything. */
 export function isLoopback(host: string): boolean {
@@ -186,7 +200,8 @@ function checkExposure(config: Config): void {
   if (isLoopback(config.HOST) || authenticates(config) || config.ALLOW_UNAUTHENTICATED) return;
   throw new ConfigError(
     `Refusing to listen on ${config.HOST} without authentication: anyone who reaches it could read and ` +
-      'delete every topic and subscription. Set AUTH_TOKENS_FILE (bearer tokens) to authenticate callers, ' +
+      'delete every topic and subscription. Set AUTH_TOKENS_FILE (bearer tokens) or AUTH_JWKS_FILE, ' +
+      'AUTH_JWT_ISSUER and AUTH_JWT_AUDIENCE (JWTs) to authenticate callers, ' +
       'or set ALLOW_UNAUTHENTICATED=true to serve it open on purpose, or listen on 127.0.0.1.',
   );
 }

@@ -1,6 +1,7 @@
 import { readFileSync, unwatchFile, watchFile } from 'node:fs';
-import type { Config } from '../config.ts';
+import { authenticates, type Config } from '../config.ts';
 import { unauthenticated } from '../errors.ts';
+import { jwtPrincipal, type JwtSettings, type KeySet, looksLikeJwt, parseJwks } from './jwt.ts';
 import { parseTokenFile, type TokenHashes, tokenHash } from './token-file.ts';
 
 /**
@@ -18,16 +19,75 @@ export interface AuthenticationLog {
 /** How often the credential files are checked for a change (they are also re-read on SIGHUP). */
 const WATCH_INTERVAL_MS = 1_000;
 
+/** A credential file: the setting that names it, its path, and what the broker makes of its text. */
+interface CredentialFile<T> {
+  setting: string;
+  path: string;
+  parse(text: string): T;
+  /** What it holds, as the log says it. */
+  describe(value: T): string;
+}
+
+/** What watching and reloading need of a loaded file, whatever it holds. */
+interface Reloadable {
+  readonly file: { path: string };
+  reload(log: AuthenticationLog): void;
+}
+
+/** A credential file's current contents, re-read on demand. */
+class Loaded<T> {
+  value: T;
+
+  constructor(readonly file: CredentialFile<T>) {
+    try {
+      this.value = file.parse(readFileSync(file.path, 'utf8'));
+    } catch (error) {
+      throw new AuthenticationSetupError(`${file.setting} ${file.path}: ${(error as Error).message}`);
+    }
+  }
+
+  /**
+   * Reads the file again. One that cannot be read or parsed leaves the credentials as they were
+   * (a half-written file must not lock every caller out), and says so in the log.
+   */
+  reload(log: AuthenticationLog): void {
+    const { setting, path } = this.file;
+    try {
+      this.value = this.file.parse(readFileSync(path, 'utf8'));
+      log.info(`${setting} reloaded: ${this.file.describe(this.value)}`);
+    } catch (error) {
+      log.warn(`${setting} ${path} not reloaded, the previous credentials stay: ${(error as Error).message}`);
+    }
+  }
+}
+
 export class Authentication {
-  private tokens: TokenHashes;
+  private readonly tokens?: Loaded<TokenHashes>;
+  private readonly jwt?: { keys: Loaded<KeySet>; settings: JwtSettings };
 
   private constructor(
-    private readonly tokensFile: string,
+    config: Config,
     /** Routes that answer without a credential (AUTH_OPEN_PATHS). */
     readonly openPaths: ReadonlySet<string>,
     private readonly log: AuthenticationLog,
   ) {
-    this.tokens = parseTokenFile(readFileSync(tokensFile, 'utf8'));
+    if (config.AUTH_TOKENS_FILE) {
+      this.tokens = new Loaded({
+        setting: 'AUTH_TOKENS_FILE',
+        path: config.AUTH_TOKENS_FILE,
+        parse: parseTokenFile,
+        describe: (hashes) => `${hashes.size} token(s)`,
+      });
+    }
+    if (config.AUTH_JWKS_FILE && config.AUTH_JWT_ISSUER && config.AUTH_JWT_AUDIENCE) {
+      const keys = new Loaded({
+        setting: 'AUTH_JWKS_FILE',
+        path: config.AUTH_JWKS_FILE,
+        parse: parseJwks,
+        describe: () => 'its keys',
+      });
+      this.jwt = { keys, settings: { issuer: config.AUTH_JWT_ISSUER, audience: config.AUTH_JWT_AUDIENCE } };
+    }
   }
 
   /**
@@ -35,46 +95,47 @@ export class Authentication {
    * throws, naming the setting); undefined when no mode is configured.
    */
   static fromConfig(config: Config, log: AuthenticationLog): Authentication | undefined {
-    if (!config.AUTH_TOKENS_FILE) return undefined;
-    try {
-      return new Authentication(config.AUTH_TOKENS_FILE, new Set(config.AUTH_OPEN_PATHS), log);
-    } catch (error) {
-      throw new AuthenticationSetupError(`AUTH_TOKENS_FILE ${config.AUTH_TOKENS_FILE}: ${(error as Error).message}`);
-    }
+    if (!authenticates(config)) return undefined;
+    return new Authentication(config, new Set(config.AUTH_OPEN_PATHS), log);
   }
 
-  /** The principal a bearer token names; UNAUTHENTICATED when it is missing or names none. */
+  /**
+   * The principal a bearer token names: a JWT's when JWTs are configured and it is one, else the
+   * tokens file's. UNAUTHENTICATED when it is missing or names none.
+   */
   async principalOf(token: string | undefined): Promise<string> {
     if (token === undefined) throw missingCredential();
-    const principal = this.tokens.get(tokenHash(token));
+    if (this.jwt && looksLikeJwt(token)) return jwtPrincipal(token, this.jwt.keys.value, this.jwt.settings);
+    const principal = this.tokens?.value.get(tokenHash(token));
     if (principal === undefined) throw unauthenticated('Request had invalid authentication credentials.');
     return principal;
   }
 
-  /**
-   * Reads the files again. A file that cannot be read or parsed leaves the credentials as they
-   * were (a half-written file must not lock every caller out), and says so in the log.
-   */
+  private files(): Reloadable[] {
+    const files: Reloadable[] = [];
+    if (this.tokens) files.push(this.tokens);
+    if (this.jwt) files.push(this.jwt.keys);
+    return files;
+  }
+
+  /** Reads every credential file again (SIGHUP). */
   reload(): void {
-    try {
-      this.tokens = parseTokenFile(readFileSync(this.tokensFile, 'utf8'));
-      this.log.info(`AUTH_TOKENS_FILE reloaded: ${this.tokens.size} token(s)`);
-    } catch (error) {
-      this.log.warn(
-        `AUTH_TOKENS_FILE ${this.tokensFile} not reloaded, the previous tokens stay: ${(error as Error).message}`,
-      );
+    for (const file of this.files()) file.reload(this.log);
+  }
+
+  /** Reloads a file whenever it changes (also when it is replaced, as editors and secret mounts do). */
+  watch(): void {
+    for (const file of this.files()) {
+      watchFile(file.file.path, { interval: WATCH_INTERVAL_MS, persistent: false }, (now, before) => {
+        if (now.mtimeMs !== before.mtimeMs || now.ino !== before.ino || now.size !== before.size) {
+          file.reload(this.log);
+        }
+      });
     }
   }
 
-  /** Reloads whenever a file changes (also when it is replaced, as editors and secret mounts do). */
-  watch(): void {
-    watchFile(this.tokensFile, { interval: WATCH_INTERVAL_MS, persistent: false }, (now, before) => {
-      if (now.mtimeMs !== before.mtimeMs || now.ino !== before.ino || now.size !== before.size) this.reload();
-    });
-  }
-
   close(): void {
-    unwatchFile(this.tokensFile);
+    for (const file of this.files()) unwatchFile(file.file.path);
   }
 }
 

@@ -75,7 +75,7 @@ t.test('the tokens file is re-read when it changes and on SIGHUP', async (t) => 
   t.ok(await waitUntil(async () => (await statusWith(ROBOT_TOKEN)) === 200, 20_000), 'an added token is taken');
 
   // A malformed file: the previous tokens stay, and the log says why.
-  const warnings = () => broker.output().split('not reloaded, the previous tokens stay: line 2').length - 1;
+  const warnings = () => broker.output().split('not reloaded, the previous credentials stay: line 2').length - 1;
   writeFileSync(file, `${ALICE} ${ALICE_TOKEN}\n${'nonsense '.repeat(10)}\n`);
   t.ok(await waitUntil(() => warnings() === 1, 20_000), 'the log says the file was not taken');
   t.equal(await statusWith(ROBOT_TOKEN), 200, 'and the tokens before it still work');
