@@ -10,6 +10,7 @@ import Fastify, {
 import { isAscii } from 'node:buffer';
 import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Server as TlsServer } from 'node:tls';
 import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
 import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
@@ -17,7 +18,7 @@ import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts
 import type { Authentication } from './auth/authentication.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
 import { createGrpcFrontEnd } from './grpc/front-end.ts';
-import { shareWithGrpc } from './grpc/one-port.ts';
+import { chooseProtocol, shareTlsWithGrpc, shareWithGrpc } from './grpc/one-port.ts';
 import { LIFT_ABOVE_BYTES, liftDataStrings, nestsDeeperThan, putBack } from './json-body.ts';
 import { MAX_JSON_DEPTH, nestedTooDeep } from './schemas/common.ts';
 import type { RedisClient } from './redis/client.ts';
@@ -40,6 +41,8 @@ export interface HttpOptions {
   authentication?: Authentication;
   /** Serve gRPC on the HTTP port too (the default); false serves HTTP alone. */
   grpc?: boolean;
+  /** A certificate and its key (PEM): HTTPS, and gRPC over TLS, on the one port. */
+  tls?: { cert: Buffer; key: Buffer };
 }
 
 export interface RegisteredRoute {
@@ -86,7 +89,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       reply.raw.end(JSON.stringify(apiError.toEnvelope()));
     },
     clientErrorHandler: refuseUnparsableRequest,
-  });
+    ...(options.tls ? { https: { ...options.tls, ALPNCallback: chooseProtocol } } : {}),
+  }) as unknown as FastifyInstance;
   const ownBroker = !options.broker;
   const broker =
     options.broker ??
@@ -111,7 +115,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
           },
           options.authentication,
         );
-  if (grpc) shareWithGrpc(app.server, grpc);
+  if (grpc && options.tls) shareTlsWithGrpc(app.server as unknown as TlsServer, grpc);
+  else if (grpc) shareWithGrpc(app.server, grpc);
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);

@@ -143,6 +143,9 @@ const environmentSchema = z.object({
   AUTH_JWKS_FILE: z.string().min(1).optional(),
   AUTH_JWT_ISSUER: z.string().min(1).optional(),
   AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
+  /** With both: HTTPS, WSS and gRPC over TLS on the one port (PEM files). */
+  TLS_CERT_FILE: z.string().min(1).optional(),
+  TLS_KEY_FILE: z.string().min(1).optional(),
   /** Listening beyond loopback without authentication needs this said explicitly. */
   ALLOW_UNAUTHENTICATED: flag.default(false),
   /**
@@ -173,6 +176,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   checkRegions(config);
   checkJwtSettings(config);
+  if (Boolean(config.TLS_CERT_FILE) !== Boolean(config.TLS_KEY_FILE)) {
+    throw new ConfigError('Set TLS_CERT_FILE and TLS_KEY_FILE together to serve TLS.');
+  }
   checkExposure(config);
   return config;
 }

@@ -1,4 +1,5 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { readFileSync } from 'node:fs';
 import { buildApp } from './app.ts';
 import { Authentication, AuthenticationSetupError } from './auth/authentication.ts';
 import { createBroker } from './broker/broker.ts';
@@ -45,6 +46,15 @@ function connectRegion(target: RegionRedis) {
   return { name: target.name, redis: connect(target), subscriber: connect(target, true) };
 }
 
+/** A PEM file a setting names; one that cannot be read stops the broker, naming the setting. */
+function readPem(setting: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw new ConfigError(`${setting} ${path}: ${(error as Error).message}`);
+  }
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
   const log = (message: string) => {
@@ -81,8 +91,12 @@ async function main(): Promise<void> {
     else log(`region ${region.name} is left out of use: ${problem}`);
   };
   const logger = { level: config.LOG_LEVEL };
+  const tls = config.TLS_CERT_FILE
+    ? { cert: readPem('TLS_CERT_FILE', config.TLS_CERT_FILE), key: readPem('TLS_KEY_FILE', config.TLS_KEY_FILE!) }
+    : undefined;
   const app = await buildApp({
     authentication,
+    tls,
     logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
     broker: await createBroker({
@@ -132,7 +146,8 @@ async function main(): Promise<void> {
       ? `region ${config.REGION} of ${config.REGIONS!.map((region) => region.name).join(', ')}`
       : 'external Redis';
   const callers = authentication ? 'callers authenticated' : 'no authentication';
-  log(`listening on ${address} (gRPC, REST and WebSocket; ${callers}), using ${redisDescription}`);
+  const transport = tls ? 'over TLS' : 'in clear text';
+  log(`listening on ${address} (gRPC, REST and WebSocket ${transport}; ${callers}), using ${redisDescription}`);
 }
 
 main().catch((error: unknown) => {

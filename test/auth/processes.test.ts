@@ -1,31 +1,37 @@
 // Authentication settings of a broker process (src/server.ts): the refusal to listen beyond
 // loopback without authentication, and the tokens file re-read on SIGHUP and when it changes
-// (a malformed file keeps the previous tokens). Standalone Redis.
+// (a malformed file keeps the previous tokens), and TLS from its two settings. Standalone Redis.
 
 import { spawn } from 'node:child_process';
+import { get } from 'node:https';
 import { statSync, utimesSync, writeFileSync } from 'node:fs';
 import t from 'tap';
 import { ALICE, ALICE_TOKEN, bearer, ROBOT, ROBOT_TOKEN, writeTokensFile } from '../helpers/auth.ts';
 import { freePort, startBrokerProcess, stopProcess } from '../helpers/processes.ts';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.ts';
+import { makeCertificate } from '../helpers/tls.ts';
 import { waitUntil } from '../helpers/wait.ts';
 
 const REPO = new URL('../../', import.meta.url).pathname;
 const env = () => ({ REDIS_URL: testRedisUrl(), KEY_PREFIX: uniquePrefix('auth-process') });
 
+/** Starts the broker; its process and everything it has written so far. */
+function spawnBroker(settings: Record<string, string>) {
+  const child = spawn(process.execPath, ['--import=tsx', 'src/server.ts'], {
+    cwd: REPO,
+    env: { ...process.env, LOG_LEVEL: 'warn', ...settings },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  return { child, output: () => output };
+}
+
 /** Runs the broker until it exits; its exit code and output. */
 function runToExit(settings: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import=tsx', 'src/server.ts'], {
-      cwd: REPO,
-      env: { ...process.env, LOG_LEVEL: 'warn', ...settings },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk) => (output += chunk));
-    child.stderr.on('data', (chunk) => (output += chunk));
-    child.on('exit', (code) => resolve({ code, output }));
-  });
+  const { child, output } = spawnBroker(settings);
+  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, output: output() })));
 }
 
 t.test('beyond loopback without authentication the broker refuses to start, and says how', async (t) => {
@@ -96,4 +102,32 @@ t.test('the tokens file is re-read when it changes and on SIGHUP', async (t) => 
     'after SIGHUP a removed token is refused',
   );
   t.equal(await statusWith(ROBOT_TOKEN), 200, 'and the listed one still works');
+});
+
+t.test('with TLS_CERT_FILE and TLS_KEY_FILE the broker serves HTTPS', async (t) => {
+  const certificate = makeCertificate(t);
+  const port = await freePort();
+  const broker = spawnBroker({
+    ...env(),
+    PORT: String(port),
+    TLS_CERT_FILE: certificate.certFile,
+    TLS_KEY_FILE: certificate.keyFile,
+  });
+  t.teardown(() => stopProcess(broker.child));
+  const readyStatus = () =>
+    new Promise<number>((resolve) =>
+      get({ host: 'localhost', port, path: '/readyz', ca: certificate.cert }, (response) => {
+        response.resume();
+        resolve(response.statusCode ?? 0);
+      }).on('error', () => resolve(0)),
+    );
+  t.ok(await waitUntil(async () => (await readyStatus()) === 200, 30_000), `/readyz over HTTPS: ${broker.output()}`);
+
+  const missing = await runToExit({
+    ...env(),
+    TLS_CERT_FILE: '/nonexistent/cert.pem',
+    TLS_KEY_FILE: certificate.keyFile,
+  });
+  t.equal(missing.code, 1, 'a certificate file that cannot be read stops the broker');
+  t.match(missing.output, /TLS_CERT_FILE \/nonexistent\/cert\.pem: ENOENT/);
 });

@@ -103,3 +103,9 @@ t.test('authentication settings: the fail-safe beyond loopback, and the open pat
     /AUTH_OPEN_PATHS: "\/v1\/projects": is not one of/,
   );
 });
+
+t.test('TLS settings go together', async (t) => {
+  t.throws(() => loadConfig({ TLS_CERT_FILE: '/cert.pem' }), /Set TLS_CERT_FILE and TLS_KEY_FILE together/);
+  t.throws(() => loadConfig({ TLS_KEY_FILE: '/key.pem' }), /together/);
+  t.equal(loadConfig({ TLS_CERT_FILE: '/cert.pem', TLS_KEY_FILE: '/key.pem' }).TLS_KEY_FILE, '/key.pem');
+});
