@@ -12,6 +12,7 @@ import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Server as TlsServer } from 'node:tls';
 import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
+import { allowOrigins } from '../routes/cors.ts';
 import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
@@ -41,6 +42,8 @@ export interface HttpOptions {
   authentication?: Authentication;
   /** Serve gRPC on the HTTP port too (the default); false serves HTTP alone. */
   grpc?: boolean;
+  /** Origins of browser apps served elsewhere that may call the broker (CORS); none by default. */
+  corsOrigins?: string[];
   /** A certificate and its key (PEM): HTTPS, and gRPC over TLS, on the one port. */
   tls?: { cert: Buffer; key: Buffer };
 }
@@ -174,6 +177,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   // After the WebSocket plugin: its own hook must see an upgrade first, or a refused upgrade's
   // socket is never cleaned up (and close() waits for it forever).
+  // Before authentication: preflights carry no token, and refusals need the CORS headers too.
+  await allowOrigins(app, {
+    origins: options.corsOrigins ?? [],
+    checkUpgrades: (options.corsOrigins ?? []).length > 0 || options.authentication !== undefined,
+  });
   if (options.authentication) authenticateRequests(app, options.authentication);
   await app.register(registerRoutes, { broker: app.broker });
   return app;

@@ -143,6 +143,16 @@ const environmentSchema = z.object({
   AUTH_JWKS_FILE: z.string().min(1).optional(),
   AUTH_JWT_ISSUER: z.string().min(1).optional(),
   AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
+  /**
+   * Origins of browser apps served elsewhere that may call the broker (CORS, and the WebSocket
+   * upgrade's Origin): `https://app.example.com`, comma-separated; none by default.
+   */
+  CORS_ORIGINS: commaList(
+    z
+      .string()
+      .toLowerCase()
+      .regex(/^https?:\/\/[^/\s?#]+$/, 'is not an origin (scheme://host[:port], no path)'),
+  ).default([]),
   /** With both: HTTPS, WSS and gRPC over TLS on the one port (PEM files). */
   TLS_CERT_FILE: z.string().min(1).optional(),
   TLS_KEY_FILE: z.string().min(1).optional(),

@@ -96,6 +96,7 @@ async function main(): Promise<void> {
     : undefined;
   const app = await buildApp({
     authentication,
+    corsOrigins: config.CORS_ORIGINS,
     tls,
     logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
