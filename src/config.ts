@@ -100,7 +100,15 @@ const pushHosts = z.string().transform((value, ctx): '*' | string[] => {
 });
 
 /** The routes AUTH_OPEN_PATHS may open to callers without a credential. */
-export const OPENABLE_PATHS = ['/healthz', '/readyz', '/metrics', '/openapi.yaml'] as const;
+export const OPENABLE_PATHS = [
+  '/healthz',
+  '/readyz',
+  '/metrics',
+  '/openapi.yaml',
+  '/examples/browser',
+  '/examples/browser/app.js',
+  '/client/pubsub-client.js',
+] as const;
 
 /** A comma-separated list of entries, each checked by `entry`. */
 const commaList = <T extends z.ZodType<string>>(entry: T) =>

@@ -1,7 +1,8 @@
 // Bearer tokens (AUTH_TOKENS_FILE) on every front end of a listening broker: REST, the WebSocket
 // upgrade of streaming pull (Authorization header, and the browser forms: a `bearer.<token>`
 // subprotocol or `?access_token=`), gRPC metadata (unary calls and StreamingPull), the open
-// paths, and the principal each call carries in its caller context. Standalone Redis.
+// paths, the principal each call carries in its caller context, and the streaming client
+// (src/client) with its token option. Standalone Redis.
 
 import * as grpc from '@grpc/grpc-js';
 import type { AddressInfo } from 'node:net';
@@ -9,11 +10,13 @@ import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import WebSocket from 'ws';
 import { buildApp } from '../../src/app.ts';
+import { PubSubClient, type PubSubError } from '../../src/client/index.ts';
 import type { Authentication } from '../../src/auth/authentication.ts';
 import type { CallContext } from '../../src/broker/call-context.ts';
 import { packageDefinition } from '../../src/grpc/protos.ts';
 import { ALICE, ALICE_TOKEN, bearer, ROBOT, ROBOT_TOKEN, tokenAuthentication } from '../helpers/auth.ts';
 import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
+import { waitUntil } from '../helpers/wait.ts';
 import { PullStream, rpc } from '../grpc/_client.ts';
 
 const P = 'auth-project';
@@ -247,4 +250,38 @@ t.test('gRPC: calls and streams need authorization metadata', async (t) => {
   call.write({ subscription, streamAckDeadlineSeconds: 60 });
   t.ok((await frame).subscriptionProperties, 'StreamingPull with a token streams');
   call.cancel();
+});
+
+t.test('the streaming client (src/client) with a token publishes and streams', async (t) => {
+  const b = await listening(t, tokenAuthentication(t));
+  await b.rest('PUT', `/v1/projects/${P}/topics/client-topic`, bearer(ALICE_TOKEN));
+  await b.rest('PUT', `/v1/projects/${P}/subscriptions/client-sub`, bearer(ALICE_TOKEN), {
+    topic: `projects/${P}/topics/client-topic`,
+  });
+  const endpoint = `http://${b.address}`;
+
+  const anonymous = new PubSubClient({ endpoint, projectId: P, WebSocket });
+  const refused = await anonymous.publish('client-topic', [{ data: 'x' }]).then(
+    () => undefined,
+    (error: PubSubError) => error,
+  );
+  t.equal(refused?.status, 'UNAUTHENTICATED', 'without a token, publish is refused');
+
+  const client = new PubSubClient({ endpoint, projectId: P, WebSocket, token: ALICE_TOKEN });
+  const [id] = await client.publish('client-topic', [{ data: 'with a token' }]);
+  const received: string[] = [];
+  const subscriber = client.subscribe('client-sub', (message) => {
+    received.push(message.text());
+    message.ack();
+  });
+  t.ok(await waitUntil(() => received.length === 1, 15_000), 'the stream, opened with the token, delivers');
+  t.same(received, ['with a token']);
+  t.ok(id, 'publish answered a message ID');
+  await subscriber.close();
+
+  t.throws(
+    () => new PubSubClient({ endpoint, projectId: P, token: 'has+slash/and=' }),
+    /token may hold only letters, digits and -._~/,
+    'a token a subprotocol cannot carry is refused at once',
+  );
 });
