@@ -8,7 +8,7 @@
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
  *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled,
- *                           outbox, backlog, metrics (default all)
+ *                           outbox, backlog, metrics, auth (default all)
  *   BENCH_BACKLOG_MESSAGES  the large backlog the backlog pages are read from (default 1000000)
  *   BENCH_METRICS_SUBSCRIPTIONS  subscriptions of the metrics workload (default 10000)
  *   BENCH_METRICS_TOPICS    the topics they are spread over (default 100)
@@ -55,6 +55,7 @@ export const WORKLOAD_NAMES = [
   'outbox',
   'backlog',
   'metrics',
+  'auth',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 

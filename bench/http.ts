@@ -15,7 +15,12 @@ export class HttpClient {
   private readonly host: string;
   private readonly port: number;
 
-  constructor(baseUrl: string, maxSockets: number) {
+  /** `headers` go with every request (an Authorization header, say). */
+  constructor(
+    baseUrl: string,
+    maxSockets: number,
+    private readonly headers: Record<string, string> = {},
+  ) {
     const url = new URL(baseUrl);
     this.host = url.hostname;
     this.port = Number(url.port);
@@ -33,8 +38,8 @@ export class HttpClient {
           path,
           agent: this.agent,
           headers: payload
-            ? { 'content-type': 'application/json', 'content-length': payload.length }
-            : { 'content-length': 0 },
+            ? { ...this.headers, 'content-type': 'application/json', 'content-length': payload.length }
+            : { ...this.headers, 'content-length': 0 },
         },
         (res) => {
           const chunks: Buffer[] = [];

@@ -235,6 +235,8 @@ export async function startBroker(options: {
   nodeArgs: string[];
   keyPrefix: string;
   regions?: { local: string; all: RegionTarget[] };
+  /** Any other settings (AUTH_TOKENS_FILE, say). */
+  settings?: Record<string, string>;
 }): Promise<BrokerProcess> {
   const port = await freePort();
   const env = {
@@ -250,6 +252,7 @@ export async function startBroker(options: {
           REGIONS: options.regions.all.map((region) => `${region.name}=${region.redisUrl}`).join(','),
         }
       : {}),
+    ...options.settings,
   };
   // A compiled entry (.js/.mjs) runs without the tsx loader, to compare with a production build.
   const loader = /\.[cm]?js$/.test(options.entry) ? [] : ['--import=tsx'];

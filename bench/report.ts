@@ -95,6 +95,10 @@ export const KEYS = {
   backlogPagesSmall: 'backlog pages of 1,000 (10,000 waiting)',
   backlogPagesLarge: 'backlog pages of 1,000 (large backlog)',
   metricsScrape: 'scrapes of /metrics (10,000 subscriptions)',
+  publishAuthOff: 'publish (no authentication)',
+  publishAuthOn: 'publish (bearer token checked)',
+  pullAuthOff: 'pull+ack (no authentication)',
+  pullAuthOn: 'pull+ack (bearer token checked)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -178,6 +182,7 @@ const BARS = {
   filteredShare: 1,
   grpcReceive: 15_000,
   policiesShare: 0.9,
+  authShare: 0.9,
   retainedShare: 0.85,
   push: 10_000,
   scheduledPublishShare: 0.8,
@@ -195,6 +200,7 @@ const ratio = (a?: number, b?: number) =>
 export function computeRatios(results: BenchResults): void {
   const add = rate(results, KEYS.bullAdd);
   const processRate = rate(results, KEYS.bullProcess);
+  const ratioOfRates = (key: string, baseline: string) => ratio(rate(results, key), rate(results, baseline));
   results.ratios = {
     'publish / BullMQ add': ratio(rate(results, KEYS.publish), add),
     'pull+ack / BullMQ process': ratio(rate(results, KEYS.pull), processRate),
@@ -208,6 +214,8 @@ export function computeRatios(results: BenchResults): void {
     'publish (2 regions) / publish (1 sub)': ratio(rate(results, KEYS.publishRegions), rate(results, KEYS.publish)),
     'pull+ack (2 regions) / pull+ack': ratio(rate(results, KEYS.pullRegions), rate(results, KEYS.pull)),
     'pull+ack with policies / without': ratio(rate(results, KEYS.pullPolicies), rate(results, KEYS.pullNoPolicies)),
+    'publish with token authentication / without': ratioOfRates(KEYS.publishAuthOn, KEYS.publishAuthOff),
+    'pull+ack with token authentication / without': ratioOfRates(KEYS.pullAuthOn, KEYS.pullAuthOff),
     'publish with a delivery time / without': ratio(
       rate(results, KEYS.publishScheduled),
       rate(results, KEYS.publishNow),
@@ -421,6 +429,22 @@ export function computeBars(results: BenchResults): void {
     [KEYS.metricsScrape],
   );
   atLeast(
+    'publish with token authentication vs without',
+    results.ratios['publish with token authentication / without'],
+    BARS.authShare,
+    times,
+    '>= 0.90x',
+    [KEYS.publishAuthOn, KEYS.publishAuthOff],
+  );
+  atLeast(
+    'pull+ack with token authentication vs without',
+    results.ratios['pull+ack with token authentication / without'],
+    BARS.authShare,
+    times,
+    '>= 0.90x',
+    [KEYS.pullAuthOn, KEYS.pullAuthOff],
+  );
+  atLeast(
     'pull+ack, dead-letter + retry policy vs none',
     results.ratios['pull+ack with policies / without'],
     BARS.policiesShare,
@@ -508,6 +532,8 @@ export function renderReport(results: BenchResults): string {
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
     [KEYS.publishFiltered]: fmtRatio(results.ratios['filtered fan-out publish / fan-out publish'], 'unfiltered'),
     [KEYS.pullPolicies]: fmtRatio(results.ratios['pull+ack with policies / without'], 'no policies'),
+    [KEYS.publishAuthOn]: fmtRatio(results.ratios['publish with token authentication / without'], 'no authentication'),
+    [KEYS.pullAuthOn]: fmtRatio(results.ratios['pull+ack with token authentication / without'], 'no authentication'),
     [KEYS.pullRetained]: fmtRatio(results.ratios['pull+ack retaining acked messages / not'], 'not retained'),
     [KEYS.publishScheduled]: fmtRatio(results.ratios['publish with a delivery time / without'], 'at once'),
     [KEYS.backlogPagesLarge]: fmtRatio(results.ratios['backlog page p50, large / 10,000 waiting'], '10,000 (p50)'),

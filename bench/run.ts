@@ -4,8 +4,10 @@
  * PASS/FAIL bars, and writes bench/results/latest.json. See bench/config.ts for settings.
  */
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 import {
   createTopic,
   deleteTopic,
@@ -755,6 +757,72 @@ async function main(): Promise<void> {
     };
 
     /**
+     * Bearer-token authentication: a second broker on the same Redis checks a token
+     * (AUTH_TOKENS_FILE) on every request. Each of BENCH_POLICIES_ROUNDS rounds publishes a
+     * backlog through each broker, then drains it through the same one, the two in alternating
+     * order; each keeps its median round by throughput.
+     */
+    const authWorkload = async () => {
+      const token = randomBytes(32).toString('base64url');
+      const tokensFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'bench-tokens-')), 'tokens');
+      fs.writeFileSync(tokensFile, `serviceAccount:bench@${PROJECT}.iam.gserviceaccount.com ${token}\n`);
+      onCleanup(() => fs.rmSync(path.dirname(tokensFile), { recursive: true, force: true }));
+      const authBroker = await startBroker({
+        redisUrl: redis!.url,
+        entry,
+        nodeArgs: config.brokerNodeArgs,
+        keyPrefix: KEY_PREFIX,
+        settings: { AUTH_TOKENS_FILE: tokensFile },
+      });
+      log(`broker with token authentication on port ${authBroker.port} (pid ${authBroker.pid})`);
+      ownPids.push(authBroker.pid);
+      const authClient = new HttpClient(authBroker.baseUrl, c + 2, { authorization: `Bearer ${token}` });
+      onCleanup(() => authClient.close());
+      const sides = [
+        { topicId: 'bench-auth-off', http: client, on: single, publish: KEYS.publishAuthOff, pull: KEYS.pullAuthOff },
+        {
+          topicId: 'bench-auth-on',
+          http: authClient,
+          on: { brokers: { '': authBroker.pid }, redis: single.redis },
+          publish: KEYS.publishAuthOn,
+          pull: KEYS.pullAuthOn,
+        },
+      ];
+      try {
+        for (const side of sides) await createTopic(side.http, side.topicId, [{ id: side.topicId }]);
+        if (config.warmupMessages > 0) {
+          const warm = roundToBatch(config.warmupMessages);
+          log(`warm-up of the broker with token authentication (${warm} messages)...`);
+          await publishMessages('warmup-auth', sides[1].topicId, warm, { client: authClient });
+          await drainMessages('warmup-auth', sides[1].topicId, warm, { client: authClient });
+        }
+        const repeats = (key: string) =>
+          Array.from({ length: config.policiesRounds - 1 }, (_, i) => `${key} (round ${i + 2})`);
+        const phaseOf = (key: string, round: number) => (round === 0 ? key : repeats(key)[round - 1]);
+        for (let round = 0; round < config.policiesRounds; round++) {
+          const order = round % 2 === 0 ? sides : [...sides].reverse();
+          for (const side of order) {
+            const phase = phaseOf(side.publish, round);
+            const publish = () => publishMessages(phase, side.topicId, messages, { client: side.http });
+            record(phase, await measure(phase, publish, side.on));
+          }
+          for (const side of order) {
+            const phase = phaseOf(side.pull, round);
+            const drain = () => drainMessages(phase, side.topicId, messages, { client: side.http });
+            record(phase, await measure(phase, drain, side.on));
+          }
+        }
+        for (const side of sides) {
+          keepMedianRound(results, side.publish, repeats(side.publish), 'msgPerSec');
+          keepMedianRound(results, side.pull, repeats(side.pull), 'msgPerSec');
+        }
+        for (const side of sides) await deleteTopic(side.http, side.topicId, [side.topicId]);
+      } finally {
+        await authBroker.stop().catch(() => {});
+      }
+    };
+
+    /**
      * Replay: pull+ack with retainAckedMessages against without (two topics: the log is the
      * topic's), then seeks over a backlog of BENCH_SEEK_MESSAGES retained messages.
      */
@@ -1035,6 +1103,7 @@ async function main(): Promise<void> {
       }
     }
     if (runs('policies')) await policiesWorkload();
+    if (runs('auth')) await authWorkload();
     if (runs('scheduled')) await scheduledWorkload();
     if (runs('outbox')) await outboxWorkload();
     if (runs('backlog')) await backlogWorkload();

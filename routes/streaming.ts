@@ -43,7 +43,7 @@ export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOpt
       let session: StreamingSession;
       try {
         const name = resourceName('subscriptions', request.params.project, request.params.subscription);
-        session = broker.streams.open(httpCaller(broker, 'websocket'), name, transport);
+        session = broker.streams.open(httpCaller(broker, 'websocket', request), name, transport);
       } catch (error) {
         closeWithError(socket, error instanceof ApiError ? error : invalidArgument(String(error)));
         return;

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { checkProject, parseResourceName, resourceName } from '../src/broker/names.ts';
 import type { PageRequest } from '../src/broker/pagination.ts';
 import { backlogPageJson, parseListBacklogQuery } from '../src/schemas/backlog.ts';
@@ -30,46 +30,53 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
   const subscriptionName = (params: SubscriptionParams) =>
     resourceName('subscriptions', params.project, params.subscription);
 
-  const caller = () => httpCaller(broker, 'rest');
+  const caller = (request: FastifyRequest) => httpCaller(broker, 'rest', request);
 
   app.put<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) => {
     const name = subscriptionName(request.params);
-    return broker.subscriptions.create(caller(), name, parseBody(subscriptionBodySchema, request.body, 'subscription'));
+    return broker.subscriptions.create(
+      caller(request),
+      name,
+      parseBody(subscriptionBodySchema, request.body, 'subscription'),
+    );
   });
   app.get<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) =>
-    broker.subscriptions.get(caller(), subscriptionName(request.params)),
+    broker.subscriptions.get(caller(request), subscriptionName(request.params)),
   );
   app.patch<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, (request) => {
     const name = subscriptionName(request.params);
     const { subscription, updateMask } = parseBody(updateSubscriptionBodySchema, request.body, 'request');
-    return broker.subscriptions.update(caller(), name, { subscription, updateMask: parseUpdateMask(updateMask) });
+    return broker.subscriptions.update(caller(request), name, {
+      subscription,
+      updateMask: parseUpdateMask(updateMask),
+    });
   });
   app.delete<{ Params: SubscriptionParams }>(SUBSCRIPTION_PATH, async (request) => {
-    await broker.subscriptions.delete(caller(), subscriptionName(request.params));
+    await broker.subscriptions.delete(caller(request), subscriptionName(request.params));
     return {};
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::detach`, async (request) => {
     const name = subscriptionName(request.params);
     parseBody(detachBodySchema, request.body ?? {}, 'detach request');
-    await broker.subscriptions.detach(caller(), name);
+    await broker.subscriptions.detach(caller(request), name);
     return {};
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::seek`, async (request) => {
     const name = subscriptionName(request.params);
-    await broker.replay.seek(caller(), name, parseBody(seekBodySchema, request.body, 'seek request'));
+    await broker.replay.seek(caller(request), name, parseBody(seekBodySchema, request.body, 'seek request'));
     return {};
   });
   // The queryable backlog (an extension of Pub/Sub): read-only views, no use of the subscription.
   app.get<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}/messages`, async (request) => {
     const name = subscriptionName(request.params);
-    const page = await broker.backlog.list(caller(), name, parseListBacklogQuery(request.query));
+    const page = await broker.backlog.list(caller(request), name, parseListBacklogQuery(request.query));
     return backlogPageJson(page.messages, page.nextPageToken);
   });
   app.get<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}/backlog`, (request) =>
-    broker.backlog.counts(caller(), subscriptionName(request.params)),
+    broker.backlog.counts(caller(request), subscriptionName(request.params)),
   );
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/subscriptions', (request) =>
-    broker.subscriptions.list(caller(), checkProject(request.params.project), request.query),
+    broker.subscriptions.list(caller(request), checkProject(request.params.project), request.query),
   );
 
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::pull`, async (request, reply) => {
@@ -78,14 +85,14 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
     // A long poll stops waiting when the client goes away.
     const clientGone = new AbortController();
     reply.raw.on('close', () => clientGone.abort());
-    const received = await broker.delivery.pull(httpCaller(broker, 'rest', clientGone.signal), name, body);
+    const received = await broker.delivery.pull(httpCaller(broker, 'rest', request, clientGone.signal), name, body);
     // An empty pull answers {}, as Pub/Sub does.
     return reply.type('application/json; charset=utf-8').send(receivedMessagesJson(received));
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::acknowledge`, async (request) => {
     const name = subscriptionName(request.params);
     const body = parseBody(acknowledgeBodySchema, request.body, 'acknowledge request');
-    await broker.delivery.acknowledge(caller(), name, body);
+    await broker.delivery.acknowledge(caller(request), name, body);
     return {};
   });
   app.post<{ Params: SubscriptionParams }>(
@@ -98,19 +105,19 @@ export async function subscriptionRoutes(app: FastifyInstance, { broker }: Route
         topic: parseResourceName('topics', topic),
         messages: decodePublishMessages(messages),
       }));
-      return broker.delivery.acknowledgeAndPublish(caller(), name, { ackIds: body.ackIds, publish });
+      return broker.delivery.acknowledgeAndPublish(caller(request), name, { ackIds: body.ackIds, publish });
     },
   );
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyAckDeadline`, async (request) => {
     const name = subscriptionName(request.params);
     const body = parseBody(modifyAckDeadlineBodySchema, request.body, 'modifyAckDeadline request');
-    await broker.delivery.modifyAckDeadline(caller(), name, body);
+    await broker.delivery.modifyAckDeadline(caller(request), name, body);
     return {};
   });
   app.post<{ Params: SubscriptionParams }>(`${SUBSCRIPTION_PATH}::modifyPushConfig`, async (request) => {
     const name = subscriptionName(request.params);
     const body = parseBody(modifyPushConfigBodySchema, request.body, 'modifyPushConfig request');
-    await broker.subscriptions.modifyPushConfig(caller(), name, body);
+    await broker.subscriptions.modifyPushConfig(caller(request), name, body);
     return {};
   });
 }

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { invalidJsonBody } from '../src/errors.ts';
 import { refusedByJsonParse } from '../src/json-body.ts';
 import { checkProject, resourceName } from '../src/broker/names.ts';
@@ -20,38 +20,40 @@ interface TopicParams {
 export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions): Promise<void> {
   const topicName = (params: TopicParams) => resourceName('topics', params.project, params.topic);
 
-  const caller = () => httpCaller(broker, 'rest');
+  const caller = (request: FastifyRequest) => httpCaller(broker, 'rest', request);
 
   app.put<{ Params: TopicParams }>(TOPIC_PATH, (request) => {
     const name = topicName(request.params);
     return broker.topics.create(
-      caller(),
+      caller(request),
       name,
       parseBody(topicBodySchema, request.body === undefined ? {} : request.body, 'topic'),
     );
   });
-  app.get<{ Params: TopicParams }>(TOPIC_PATH, (request) => broker.topics.get(caller(), topicName(request.params)));
+  app.get<{ Params: TopicParams }>(TOPIC_PATH, (request) =>
+    broker.topics.get(caller(request), topicName(request.params)),
+  );
   app.patch<{ Params: TopicParams }>(TOPIC_PATH, (request) => {
     const name = topicName(request.params);
     const { topic, updateMask } = parseBody(updateTopicBodySchema, request.body, 'request');
-    return broker.topics.update(caller(), name, { topic, updateMask: parseUpdateMask(updateMask) });
+    return broker.topics.update(caller(request), name, { topic, updateMask: parseUpdateMask(updateMask) });
   });
   app.delete<{ Params: TopicParams }>(TOPIC_PATH, async (request) => {
-    await broker.topics.delete(caller(), topicName(request.params));
+    await broker.topics.delete(caller(request), topicName(request.params));
     return {};
   });
   app.get<{ Params: { project: string }; Querystring: PageRequest }>('/v1/projects/:project/topics', (request) =>
-    broker.topics.list(caller(), checkProject(request.params.project), request.query),
+    broker.topics.list(caller(request), checkProject(request.params.project), request.query),
   );
   app.get<{ Params: TopicParams; Querystring: PageRequest }>(`${TOPIC_PATH}/subscriptions`, (request) =>
-    broker.topics.listSubscriptions(caller(), topicName(request.params), request.query),
+    broker.topics.listSubscriptions(caller(request), topicName(request.params), request.query),
   );
   // The queryable backlog (an extension of Pub/Sub): one stored message.
   app.get<{ Params: TopicParams & { messageId: string } }>(
     `${TOPIC_PATH}/messages/:messageId([^:/]+)`,
     async (request) => {
       const name = topicName(request.params);
-      return { message: messageJson(await broker.backlog.message(caller(), name, request.params.messageId)) };
+      return { message: messageJson(await broker.backlog.message(caller(request), name, request.params.messageId)) };
     },
   );
   app.post<{ Params: TopicParams }>(
@@ -61,7 +63,7 @@ export async function topicRoutes(app: FastifyInstance, { broker }: RouteOptions
       try {
         const name = topicName(request.params);
         const body = parseBody(publishBodySchema, request.body, 'publish request');
-        return await broker.delivery.publish(caller(), name, { messages: decodePublishMessages(body.messages) });
+        return await broker.delivery.publish(caller(request), name, { messages: decodePublishMessages(body.messages) });
       } catch (error) {
         // A large body's data strings were not searched for raw control characters (json-body.ts):
         // every one that decoded had none, so only a failed publish can be such a body.

@@ -10,12 +10,16 @@ import Fastify, {
 import { isAscii } from 'node:buffer';
 import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Server as TlsServer } from 'node:tls';
+import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
+import { allowOrigins } from '../routes/cors.ts';
 import { registerRoutes } from '../routes/index.ts';
 import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
+import type { Authentication } from './auth/authentication.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
 import { createGrpcFrontEnd } from './grpc/front-end.ts';
-import { shareWithGrpc } from './grpc/one-port.ts';
+import { chooseProtocol, shareTlsWithGrpc, shareWithGrpc } from './grpc/one-port.ts';
 import { LIFT_ABOVE_BYTES, liftDataStrings, nestsDeeperThan, putBack } from './json-body.ts';
 import { MAX_JSON_DEPTH, nestedTooDeep } from './schemas/common.ts';
 import type { RedisClient } from './redis/client.ts';
@@ -32,12 +36,16 @@ export interface HttpOptions {
   /** Log every request (off by default: a broker under load would log thousands per second). */
   logRequests?: boolean;
   /**
-   * Runs before every route, the WebSocket upgrade of streaming pull included; throw an ApiError
-   * (e.g. UNAUTHENTICATED) to refuse the request. The place for authentication.
+   * Authenticates every call of every front end (src/auth/); without it, nothing is asked of
+   * callers and their calls carry no principal.
    */
-  onRequest?: (request: FastifyRequest) => Promise<void>;
+  authentication?: Authentication;
   /** Serve gRPC on the HTTP port too (the default); false serves HTTP alone. */
   grpc?: boolean;
+  /** Origins of browser apps served elsewhere that may call the broker (CORS); none by default. */
+  corsOrigins?: string[];
+  /** A certificate and its key (PEM): HTTPS, and gRPC over TLS, on the one port. */
+  tls?: { cert: Buffer; key: Buffer };
 }
 
 export interface RegisteredRoute {
@@ -71,7 +79,7 @@ declare module 'fastify' {
 /** Builds the app. It never listens: src/server.ts does. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: options.logger ?? false,
+    logger: withoutTokensInUrls(options.logger ?? false),
     logController: new LogController({ disableRequestLogging: !options.logRequests }),
     // Resource IDs may be 255 characters long (fastify's default limit is 100).
     routerOptions: { maxParamLength: 512 },
@@ -84,7 +92,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       reply.raw.end(JSON.stringify(apiError.toEnvelope()));
     },
     clientErrorHandler: refuseUnparsableRequest,
-  });
+    ...(options.tls ? { https: { ...options.tls, ALPNCallback: chooseProtocol } } : {}),
+  }) as unknown as FastifyInstance;
   const ownBroker = !options.broker;
   const broker =
     options.broker ??
@@ -101,11 +110,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const grpc =
     options.grpc === false
       ? undefined
-      : createGrpcFrontEnd(broker, {
-          error: (message) => app.log.error(message),
-          call: options.logRequests ? (message) => app.log.info(message) : undefined,
-        });
-  if (grpc) shareWithGrpc(app.server, grpc);
+      : createGrpcFrontEnd(
+          broker,
+          {
+            error: (message) => app.log.error(message),
+            call: options.logRequests ? (message) => app.log.info(message) : undefined,
+          },
+          options.authentication,
+        );
+  if (grpc && options.tls) shareTlsWithGrpc(app.server as unknown as TlsServer, grpc);
+  else if (grpc) shareWithGrpc(app.server, grpc);
 
   const routeList: RegisteredRoute[] = [];
   app.decorate('routeList', routeList);
@@ -158,12 +172,37 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // Twice the frame limit, so that the stream itself can answer an oversize frame with a
   // Pub/Sub error; beyond that the WebSocket layer closes with 1009.
-  await app.register(websocket, { options: { maxPayload: 2 * MAX_STREAM_FRAME_BYTES } });
+  await app.register(websocket, {
+    options: { maxPayload: 2 * MAX_STREAM_FRAME_BYTES, handleProtocols: chooseSubprotocol },
+  });
   // After the WebSocket plugin: its own hook must see an upgrade first, or a refused upgrade's
   // socket is never cleaned up (and close() waits for it forever).
-  if (options.onRequest) app.addHook('onRequest', options.onRequest);
+  // Before authentication: preflights carry no token, and refusals need the CORS headers too.
+  await allowOrigins(app, {
+    origins: options.corsOrigins ?? [],
+    checkUpgrades: (options.corsOrigins ?? []).length > 0 || options.authentication !== undefined,
+  });
+  if (options.authentication) authenticateRequests(app, options.authentication);
   await app.register(registerRoutes, { broker: app.broker });
   return app;
+}
+
+/** Fastify's logger, its request lines showing URLs without the token a WebSocket upgrade may carry. */
+function withoutTokensInUrls(logger: NonNullable<FastifyServerOptions['logger']>): FastifyServerOptions['logger'] {
+  if (typeof logger !== 'object') return logger;
+  return {
+    ...logger,
+    serializers: {
+      ...logger.serializers,
+      req: (request: FastifyRequest) => ({
+        method: request.method,
+        url: redactedUrl(request.url),
+        host: request.host,
+        remoteAddress: request.ip,
+        remotePort: request.socket?.remotePort,
+      }),
+    },
+  };
 }
 
 /**

@@ -99,6 +99,34 @@ const pushHosts = z.string().transform((value, ctx): '*' | string[] => {
   return hosts;
 });
 
+/** The routes AUTH_OPEN_PATHS may open to callers without a credential. */
+export const OPENABLE_PATHS = [
+  '/healthz',
+  '/readyz',
+  '/metrics',
+  '/openapi.yaml',
+  '/examples/browser',
+  '/examples/browser/app.js',
+  '/client/pubsub-client.js',
+] as const;
+
+/** A comma-separated list of entries, each checked by `entry`. */
+const commaList = <T extends z.ZodType<string>>(entry: T) =>
+  z.string().transform((value, ctx): z.infer<T>[] => {
+    const entries: z.infer<T>[] = [];
+    for (const part of value
+      .split(',')
+      .map((item) => item.trim())
+      .filter(Boolean)) {
+      const checked = entry.safeParse(part);
+      if (checked.success) entries.push(checked.data);
+      else ctx.addIssue({ code: 'custom', message: `"${part}": ${checked.error.issues[0].message}` });
+    }
+    return entries;
+  });
+
+const flag = z.enum(['true', 'false']).transform((value) => value === 'true');
+
 const environmentSchema = z.object({
   PORT: portNumber.default(8085),
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -117,6 +145,36 @@ const environmentSchema = z.object({
   REGIONS: regionList.optional(),
   PUSH_ENDPOINT_HOSTS: pushHosts.default('*'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Bearer tokens and the principals they name (format: src/auth/token-file.ts, README). */
+  AUTH_TOKENS_FILE: z.string().min(1).optional(),
+  /** JWTs signed by a key of this JWKS file, with this issuer and audience (src/auth/jwt.ts). */
+  AUTH_JWKS_FILE: z.string().min(1).optional(),
+  AUTH_JWT_ISSUER: z.string().min(1).optional(),
+  AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
+  /**
+   * Origins of browser apps served elsewhere that may call the broker (CORS, and the WebSocket
+   * upgrade's Origin): `https://app.example.com`, comma-separated; none by default.
+   */
+  CORS_ORIGINS: commaList(
+    z
+      .string()
+      .toLowerCase()
+      .regex(/^https?:\/\/[^/\s?#]+$/, 'is not an origin (scheme://host[:port], no path)'),
+  ).default([]),
+  /** With both: HTTPS, WSS and gRPC over TLS on the one port (PEM files). */
+  TLS_CERT_FILE: z.string().min(1).optional(),
+  TLS_KEY_FILE: z.string().min(1).optional(),
+  /** Listening beyond loopback without authentication needs this said explicitly. */
+  ALLOW_UNAUTHENTICATED: flag.default(false),
+  /**
+   * Routes that answer without a credential while authentication is on. Probes of orchestrators
+   * carry no token and these two reveal only that the broker is up and ready; /metrics names
+   * every subscription, so it needs a token unless listed (Prometheus can send one).
+   */
+  AUTH_OPEN_PATHS: commaList(z.enum(OPENABLE_PATHS, { error: `is not one of ${OPENABLE_PATHS.join(', ')}` })).default([
+    '/healthz',
+    '/readyz',
+  ]),
 });
 
 export type Config = z.infer<typeof environmentSchema>;
@@ -135,7 +193,41 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError('Set REDIS_URL or REDIS_CLUSTER_NODES, not both.');
   }
   checkRegions(config);
+  checkJwtSettings(config);
+  if (Boolean(config.TLS_CERT_FILE) !== Boolean(config.TLS_KEY_FILE)) {
+    throw new ConfigError('Set TLS_CERT_FILE and TLS_KEY_FILE together to serve TLS.');
+  }
+  checkExposure(config);
   return config;
+}
+
+/** Whether any authentication mode is configured (else every caller is let in). */
+export const authenticates = (config: Config): boolean =>
+  config.AUTH_TOKENS_FILE !== undefined || config.AUTH_JWKS_FILE !== undefined;
+
+/** A JWT is checked against its keys, issuer and audience: all three, or none. */
+function checkJwtSettings(config: Config): void {
+  const given = [config.AUTH_JWKS_FILE, config.AUTH_JWT_ISSUER, config.AUTH_JWT_AUDIENCE].filter(Boolean).length;
+  if (given !== 0 && given !== 3) {
+    throw new ConfigError('Set AUTH_JWKS_FILE, AUTH_JWT_ISSUER and AUTH_JWT_AUDIENCE together to accept JWTs.');
+  }
+}
+
+/** Loopback addresses only this machine reaches. A host name other than localhost may resolve to anything. */
+export function isLoopback(host: string): boolean {
+  const address = host.replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  return address === 'localhost' || address === '::1' || /^(::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(address);
+}
+
+/** The fail-safe: a broker reachable from other machines authenticates, unless told otherwise. */
+function checkExposure(config: Config): void {
+  if (isLoopback(config.HOST) || authenticates(config) || config.ALLOW_UNAUTHENTICATED) return;
+  throw new ConfigError(
+    `Refusing to listen on ${config.HOST} without authentication: anyone who reaches it could read and ` +
+      'delete every topic and subscription. Set AUTH_TOKENS_FILE (bearer tokens) or AUTH_JWKS_FILE, ' +
+      'AUTH_JWT_ISSUER and AUTH_JWT_AUDIENCE (JWTs) to authenticate callers, ' +
+      'or set ALLOW_UNAUTHENTICATED=true to serve it open on purpose, or listen on 127.0.0.1.',
+  );
 }
 
 /** REGION names this endpoint's entry of REGIONS; REDIS_URL, if also set, must be that entry. */

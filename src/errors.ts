@@ -136,3 +136,6 @@ export function exactlyOnceAckFailure(failures: Map<string, AckFailureCode>): Ap
     },
   ]);
 }
+
+/** A request without a valid credential (a missing, unknown, malformed or expired token). */
+export const unauthenticated = (message: string) => new ApiError('UNAUTHENTICATED', message);

@@ -1,5 +1,7 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { readFileSync } from 'node:fs';
 import { buildApp } from './app.ts';
+import { Authentication, AuthenticationSetupError } from './auth/authentication.ts';
 import { createBroker } from './broker/broker.ts';
 import type { Region } from './broker/regions.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
@@ -44,11 +46,22 @@ function connectRegion(target: RegionRedis) {
   return { name: target.name, redis: connect(target), subscriber: connect(target, true) };
 }
 
+/** A PEM file a setting names; one that cannot be read stops the broker, naming the setting. */
+function readPem(setting: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw new ConfigError(`${setting} ${path}: ${(error as Error).message}`);
+  }
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
   const log = (message: string) => {
     if (config.LOG_LEVEL !== 'silent') process.stderr.write(`[broker] ${message}\n`);
   };
+  // Before anything starts: a credential file that cannot be read stops the broker here.
+  const authentication = Authentication.fromConfig(config, { info: log, warn: log });
   const managed =
     config.REDIS_URL || config.REDIS_CLUSTER_NODES || config.REGIONS
       ? undefined
@@ -78,7 +91,13 @@ async function main(): Promise<void> {
     else log(`region ${region.name} is left out of use: ${problem}`);
   };
   const logger = { level: config.LOG_LEVEL };
+  const tls = config.TLS_CERT_FILE
+    ? { cert: readPem('TLS_CERT_FILE', config.TLS_CERT_FILE), key: readPem('TLS_KEY_FILE', config.TLS_KEY_FILE!) }
+    : undefined;
   const app = await buildApp({
+    authentication,
+    corsOrigins: config.CORS_ORIGINS,
+    tls,
     logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
     broker: await createBroker({
@@ -100,6 +119,7 @@ async function main(): Promise<void> {
     shuttingDown = true;
     log(`${reason}, shutting down`);
     // The broker ends long polls and streams while the server finishes its other requests.
+    authentication?.close();
     await Promise.all([app.close(), app.broker.close()]);
     for (const region of [local, ...others]) {
       region.redis.disconnect();
@@ -110,6 +130,9 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM received'));
   process.on('SIGINT', () => void shutdown('SIGINT received'));
+  // SIGHUP re-reads the credential files (they are also watched); without authentication it is ignored.
+  process.on('SIGHUP', () => authentication?.reload());
+  authentication?.watch();
 
   refuseStore = (problem) => {
     log(problem);
@@ -123,11 +146,13 @@ async function main(): Promise<void> {
     : config.REGION
       ? `region ${config.REGION} of ${config.REGIONS!.map((region) => region.name).join(', ')}`
       : 'external Redis';
-  log(`listening on ${address} (gRPC, REST and WebSocket), using ${redisDescription}`);
+  const callers = authentication ? 'callers authenticated' : 'no authentication';
+  const transport = tls ? 'over TLS' : 'in clear text';
+  log(`listening on ${address} (gRPC, REST and WebSocket ${transport}; ${callers}), using ${redisDescription}`);
 }
 
 main().catch((error: unknown) => {
-  if (error instanceof ConfigError || error instanceof ManagedRedisError) {
+  if (error instanceof ConfigError || error instanceof ManagedRedisError || error instanceof AuthenticationSetupError) {
     process.stderr.write(`${error.message}\n`);
   } else {
     process.stderr.write(`broker failed to start: ${(error as Error).stack ?? error}\n`);

@@ -29,6 +29,8 @@ export class PubSubClient {
   private readonly WebSocketImpl?: WebSocketConstructor;
   private readonly fetchImpl?: FetchLike;
   private readonly headers: Record<string, string>;
+  /** The subprotocols every stream offers: with a token, the one that carries it. */
+  private readonly streamProtocols?: string[];
 
   constructor(options: PubSubClientOptions) {
     if (!/^https?:\/\/[^/]/i.test(options.endpoint ?? '')) {
@@ -41,6 +43,13 @@ export class PubSubClient {
     this.WebSocketImpl = options.WebSocket ?? globals.WebSocket;
     this.fetchImpl = options.fetch ?? (globals.fetch ? globals.fetch.bind(globalThis) : undefined);
     this.headers = { ...options.headers };
+    if (options.token !== undefined) {
+      if (!/^[A-Za-z0-9\-._~]+$/.test(options.token)) {
+        throw new TypeError('token may hold only letters, digits and -._~ (a WebSocket subprotocol carries it).');
+      }
+      this.headers.authorization = `Bearer ${options.token}`;
+      this.streamProtocols = ['pubsub', `bearer.${options.token}`];
+    }
   }
 
   /** `projects/{projectId}/topics/{topic}` for a topic ID; a full name is returned as is. */
@@ -114,7 +123,7 @@ export class PubSubClient {
       {
         subscription: name,
         streamUrl: `${this.endpoint.replace(/^http/i, 'ws')}/v1/${path}:streamingPull`,
-        WebSocket: WebSocketImpl,
+        openSocket: (url) => new WebSocketImpl(url, this.streamProtocols),
         rest: (verb, body) => this.request('POST', `${path}:${verb}`, body),
       },
       handler,

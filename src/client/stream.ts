@@ -1,7 +1,7 @@
 import { utf8Decode } from './encoding.ts';
 import { describe, PubSubError, type ErrorBody } from './errors.ts';
 import type { ReceivedFrame } from './message.ts';
-import type { SubscriptionProperties, WebSocketConstructor, WebSocketLike } from './types.ts';
+import type { SubscriptionProperties, WebSocketLike } from './types.ts';
 
 /** The client sends `{}` this often; a stream that answers nothing in between is considered dead. */
 const KEEP_ALIVE_MS = 30_000;
@@ -67,7 +67,7 @@ export class StreamingPull {
 
   constructor(
     private readonly url: string,
-    private readonly WebSocket: WebSocketConstructor,
+    private readonly openSocket: (url: string) => WebSocketLike,
     /** Sent first on every stream. */
     private readonly firstFrame: object,
     private readonly backoff: { initialDelayMs: number; maxDelayMs: number },
@@ -124,7 +124,7 @@ export class StreamingPull {
     this.reconnectTimer = undefined;
     let ws: WebSocketLike;
     try {
-      ws = new this.WebSocket(this.url);
+      ws = this.openSocket(this.url);
     } catch (error) {
       this.events.ended(
         new PubSubError('INVALID_ARGUMENT', `Cannot open a WebSocket to ${this.url}: ${describe(error)}`),

@@ -3,7 +3,7 @@ import { PubSubError } from './errors.ts';
 import { Leases, type MessageHandler } from './leases.ts';
 import { type SubscriberSettings, subscriberSettings } from './options.ts';
 import { type ServerFrame, StreamingPull } from './stream.ts';
-import type { SubscribeOptions, SubscriberState, SubscriptionProperties, WebSocketConstructor } from './types.ts';
+import type { SubscribeOptions, SubscriberState, SubscriptionProperties, WebSocketLike } from './types.ts';
 
 /** What a Subscriber needs from its PubSubClient (internal). */
 export interface SubscriberContext {
@@ -11,7 +11,8 @@ export interface SubscriberContext {
   subscription: string;
   /** ws:// or wss:// URL of the streaming pull. */
   streamUrl: string;
-  WebSocket: WebSocketConstructor;
+  /** Opens the WebSocket of a stream to `url`. */
+  openSocket: (url: string) => WebSocketLike;
   /** A REST call on the subscription (`:acknowledge`, `:modifyAckDeadline`); throws PubSubError. */
   rest: SubscriptionCall;
 }
@@ -60,7 +61,7 @@ export class Subscriber {
       maxOutstandingMessages: maxMessages,
     };
     if (maxBytes > 0) first.maxOutstandingBytes = maxBytes;
-    this.stream = new StreamingPull(ctx.streamUrl, ctx.WebSocket, first, this.settings, {
+    this.stream = new StreamingPull(ctx.streamUrl, ctx.openSocket, first, this.settings, {
       frame: (frame, opened) => this.onFrame(frame, opened),
       ended: (error) => this.onStreamEnded(error),
       error: (error) => this.emitError(error),

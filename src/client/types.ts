@@ -11,7 +11,7 @@ export interface WebSocketLike {
 }
 
 /** A WebSocket class: `globalThis.WebSocket` in browsers, `WebSocket` from 'ws' in Node 20. */
-export type WebSocketConstructor = new (url: string) => WebSocketLike;
+export type WebSocketConstructor = new (url: string, protocols?: string[]) => WebSocketLike;
 
 /** The subset of the fetch API the client uses. */
 export type FetchLike = (
@@ -28,8 +28,15 @@ export interface PubSubClientOptions {
   WebSocket?: WebSocketConstructor;
   /** fetch implementation for REST calls. Default `globalThis.fetch`. */
   fetch?: FetchLike;
-  /** Extra headers for REST calls (e.g. authorization). Browsers cannot set headers on WebSockets. */
+  /** Extra headers for REST calls. Browsers cannot set headers on WebSockets: see `token`. */
   headers?: Record<string, string>;
+  /**
+   * A bearer token of a broker that authenticates (its README, "Authentication"): sent as
+   * `Authorization: Bearer <token>` on REST calls, and on streams as the WebSocket subprotocol
+   * `bearer.<token>`, which browsers can send. A subprotocol holds only letters, digits and
+   * `-._~`, so the token must too (a JWT, or a base64url token, does).
+   */
+  token?: string;
 }
 
 /** A message to publish. */

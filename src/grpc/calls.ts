@@ -1,4 +1,11 @@
-import { type sendUnaryData, type ServerUnaryCall, status as Status, type UntypedHandleCall } from '@grpc/grpc-js';
+import {
+  type Metadata,
+  type sendUnaryData,
+  type ServerUnaryCall,
+  status as Status,
+  type UntypedHandleCall,
+} from '@grpc/grpc-js';
+import { type Authentication, bearerToken } from '../auth/authentication.ts';
 import type { Broker } from '../broker/broker.ts';
 import type { CallContext } from '../broker/call-context.ts';
 import { invalidArgument, unexpectedError } from '../errors.ts';
@@ -15,11 +22,25 @@ export interface GrpcLog {
 export interface GrpcServices {
   broker: Broker;
   log: GrpcLog;
+  /** Authenticates every call; absent, calls carry no principal. */
+  authentication?: Authentication;
 }
 
-/** The caller context of a gRPC call; `signal` is aborted when the call is cancelled or its deadline passes. */
-export function grpcCaller(broker: Broker, signal?: AbortSignal): CallContext {
-  return { endpoint: 'grpc', region: broker.regions.local.name, signal };
+/**
+ * The caller context of a gRPC call, authenticated by its `authorization: Bearer <token>`
+ * metadata (UNAUTHENTICATED without a valid one); `signal` is aborted when the call is cancelled
+ * or its deadline passes.
+ */
+export async function grpcCaller(
+  { broker, authentication }: GrpcServices,
+  metadata: Metadata,
+  signal?: AbortSignal,
+): Promise<CallContext> {
+  const [authorization] = metadata.get('authorization');
+  const principal = authentication
+    ? await authentication.principalOf(bearerToken(typeof authorization === 'string' ? authorization : undefined))
+    : undefined;
+  return { principal, endpoint: 'grpc', region: broker.regions.local.name, signal };
 }
 
 /** The gRPC status for anything a handler threw; internal failures are logged, never echoed. */
@@ -43,20 +64,21 @@ export function unary<Request, Response>(
       services.broker.metrics.request(call.getPath(), Status[code], elapsedMs / 1000);
       services.log.call?.(`gRPC ${call.getPath()} ${code} ${Math.round(elapsedMs)} ms`);
     };
-    // A handler that throws before its first await (a missing name) is answered like one that rejects.
-    new Promise<Response>((resolve) =>
-      resolve(run(decoded(call.request), grpcCaller(services.broker, cancelled.signal))),
-    ).then(
-      (response) => {
-        logCall(0);
-        callback(null, response);
-      },
-      (error: unknown) => {
-        const status = statusOf(services, error);
-        logCall(status.code);
-        callback(status);
-      },
-    );
+    // A handler that throws before its first await (a missing name) is answered like one that
+    // rejects: it runs inside then().
+    grpcCaller(services, call.metadata, cancelled.signal)
+      .then((caller) => run(decoded(call.request), caller))
+      .then(
+        (response) => {
+          logCall(0);
+          callback(null, response);
+        },
+        (error: unknown) => {
+          const status = statusOf(services, error);
+          logCall(status.code);
+          callback(status);
+        },
+      );
   };
 }
 

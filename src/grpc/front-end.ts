@@ -1,6 +1,7 @@
 import { Server, ServerCredentials } from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
 import type { Socket } from 'node:net';
+import type { Authentication } from '../auth/authentication.ts';
 import type { Broker } from '../broker/broker.ts';
 import { PUBLISH_BODY_LIMIT } from '../../routes/limits.ts';
 import type { GrpcLog } from './calls.ts';
@@ -22,12 +23,12 @@ export interface GrpcFrontEnd {
 /** Calls still running this long after close() began are cancelled. */
 const SHUTDOWN_GRACE_MS = 10_000;
 
-export function createGrpcFrontEnd(broker: Broker, log: GrpcLog): GrpcFrontEnd {
+export function createGrpcFrontEnd(broker: Broker, log: GrpcLog, authentication?: Authentication): GrpcFrontEnd {
   const server = new Server({
     // A publish may carry 10 MB of data, as over REST (grpc-js takes 4 MiB by default).
     'grpc.max_receive_message_length': PUBLISH_BODY_LIMIT,
   });
-  const services = { broker, log };
+  const services = { broker, log, authentication };
   server.addService(PUBLISHER_SERVICE, publisherService(services));
   server.addService(SUBSCRIBER_SERVICE, subscriberService(services));
   new ReflectionService(packageDefinition, {

@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Server as TlsServer, TLSSocket } from 'node:tls';
 
 /**
  * gRPC and HTTP/1.1 on one port. gRPC clients open cleartext HTTP/2 "with prior knowledge": the
@@ -7,6 +8,9 @@ import type { Socket } from 'node:net';
  * request line starts. So each new connection of the HTTP server is read until its first bytes
  * tell the two apart; the bytes read go back into the socket, and it is handed to the gRPC
  * server or to the HTTP server's own connection handling.
+ *
+ * With TLS, the protocol the client and the broker agree on in the handshake (ALPN) tells them
+ * apart instead: see chooseProtocol.
  */
 const HTTP2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
@@ -42,5 +46,26 @@ export function shareWithGrpc(http: Server, grpc: ConnectionTaker): void {
     socket.on('data', onData);
     socket.on('error', dropSilent);
     if (http.headersTimeout > 0) socket.setTimeout(http.headersTimeout, dropSilent);
+  });
+}
+
+/**
+ * The ALPN answer of a TLS server shared with gRPC. gRPC clients offer only `h2`; curl, browsers
+ * and other HTTP clients offer `http/1.1` too, and get it, so that REST and the WebSocket upgrade
+ * reach the HTTP server (which speaks HTTP/1.1 only). A client that offers neither is refused in
+ * the handshake; one that offers no ALPN at all (Node's https) speaks HTTP/1.1.
+ */
+export function chooseProtocol({ protocols }: { protocols: string[] }): string | undefined {
+  if (protocols.includes('http/1.1')) return 'http/1.1';
+  return protocols.includes('h2') ? 'h2' : undefined;
+}
+
+/** Routes the TLS connections of an HTTPS server that agreed on `h2` (chooseProtocol) to `grpc`, decrypted. */
+export function shareTlsWithGrpc(https: TlsServer, grpc: ConnectionTaker): void {
+  const httpHandlers = https.listeners('secureConnection') as ((socket: TLSSocket) => void)[];
+  https.removeAllListeners('secureConnection');
+  https.on('secureConnection', (socket: TLSSocket) => {
+    if (socket.alpnProtocol === 'h2') return grpc.injectConnection(socket);
+    for (const handler of httpHandlers) handler.call(https, socket);
   });
 }

@@ -1,8 +1,9 @@
 import type { ServerDuplexStream } from '@grpc/grpc-js';
+import type { CallContext } from '../broker/call-context.ts';
 import type { StreamTransport } from '../broker/streaming.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema } from '../schemas/streaming.ts';
-import { decoded, type GrpcServices, grpcCaller } from './calls.ts';
+import { decoded, type GrpcServices, grpcCaller, statusOf } from './calls.ts';
 import { grpcStatusOf } from './status.ts';
 
 /**
@@ -13,6 +14,19 @@ import { grpcStatusOf } from './status.ts';
  * or the error that ended it; OK only after the client has half-closed its side.
  */
 export function streamingPull(services: GrpcServices, call: ServerDuplexStream<object, object>): void {
+  // Requests that come meanwhile wait in the call's buffer: nothing reads it before the caller is known.
+  let cancelled = false;
+  call.on('cancelled', () => (cancelled = true));
+  grpcCaller(services, call.metadata).then(
+    (caller) => {
+      if (!cancelled) serve(services, call, caller);
+    },
+    (error: unknown) => call.emit('error', statusOf(services, error)),
+  );
+}
+
+/** The stream of an authenticated caller. */
+function serve(services: GrpcServices, call: ServerDuplexStream<object, object>, caller: CallContext): void {
   const { broker } = services;
   let ended = false;
   let drained: Promise<void> | undefined;
@@ -40,7 +54,7 @@ export function streamingPull(services: GrpcServices, call: ServerDuplexStream<o
     },
     blocked: () => drained,
   };
-  const session = broker.streams.open(grpcCaller(broker), undefined, transport);
+  const session = broker.streams.open(caller, undefined, transport);
   call.on('data', (request: object) =>
     session.receive(() => parseBody(streamingPullFrameSchema, decoded(request), 'streaming pull request')),
   );

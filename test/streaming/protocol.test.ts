@@ -21,11 +21,11 @@
 // opened after the advance looks at once. The tests rely on those, never on the timer.
 
 import type { AddressInfo, Socket } from 'node:net';
-import type { FastifyRequest } from 'fastify';
 import t, { type Test } from 'tap';
 import { buildApp } from '../../src/app.ts';
 import { ManualClock, type Clock } from '../../src/broker/clock.ts';
-import { ApiError } from '../../src/errors.ts';
+import type { Authentication } from '../../src/auth/authentication.ts';
+import { ALICE_TOKEN, bearer, tokenAuthentication } from '../helpers/auth.ts';
 import { b64, unb64 } from '../helpers/app.ts';
 import { redisTargets, uniquePrefix, type RedisTarget } from '../helpers/redis.ts';
 import { waitUntil } from '../helpers/wait.ts';
@@ -38,7 +38,7 @@ interface BrokerOptions {
   target?: RedisTarget;
   clock?: Clock;
   heartbeatMs?: number;
-  onRequest?: (request: FastifyRequest) => Promise<void>;
+  authentication?: Authentication;
   /** Headers sent with every REST call and upgrade of this broker's helpers. */
   headers?: Record<string, string>;
 }
@@ -52,7 +52,7 @@ async function openBroker(t: Test, options: BrokerOptions = {}) {
     clock: options.clock,
     pullWaitMs: 200,
     streamHeartbeatMs: options.heartbeatMs ?? HEARTBEAT_MS,
-    onRequest: options.onRequest,
+    authentication: options.authentication,
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const port = (app.server.address() as AddressInfo).port;
@@ -1022,12 +1022,8 @@ t.test('a plain GET of the streamingPull URL answers FAILED_PRECONDITION', async
   t.match(await post.json(), { error: { code: 404, status: 'NOT_FOUND' } }, 'in the error envelope');
 });
 
-t.test('onRequest authentication guards REST calls and the WebSocket upgrade', async (t) => {
-  const onRequest = async (request: FastifyRequest) => {
-    if (request.headers.authorization !== 'Bearer ok')
-      throw new ApiError('UNAUTHENTICATED', 'Missing or invalid credentials.');
-  };
-  const b = await openBroker(t, { onRequest, headers: { authorization: 'Bearer ok' } });
+t.test('authentication guards REST calls and the WebSocket upgrade', async (t) => {
+  const b = await openBroker(t, { authentication: tokenAuthentication(t), headers: bearer(ALICE_TOKEN) });
   await b.topic('topic1');
   await b.subscription('sub1', 'topic1');
 
@@ -1036,7 +1032,7 @@ t.test('onRequest authentication guards REST calls and the WebSocket upgrade', a
     rest,
     {
       status: 401,
-      body: { error: { code: 401, status: 'UNAUTHENTICATED', message: 'Missing or invalid credentials.' } },
+      body: { error: { code: 401, status: 'UNAUTHENTICATED', message: /missing required authentication credential/ } },
     },
     'REST without credentials: 401',
   );

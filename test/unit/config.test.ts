@@ -75,3 +75,37 @@ t.test('PUSH_ENDPOINT_HOSTS: kept as endpoints are compared, a port refused', as
   t.throws(() => loadConfig({ PUSH_ENDPOINT_HOSTS: 'a b' }), /"a b" is not a host name/);
   t.throws(() => loadConfig({ PUSH_ENDPOINT_HOSTS: ' , ' }), /lists no host/);
 });
+
+t.test('authentication settings: the fail-safe beyond loopback, and the open paths', async (t) => {
+  for (const host of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '[::1]', '::ffff:127.0.0.1'])
+    t.equal(loadConfig({ HOST: host }).HOST, host, `${host} is loopback: no authentication needed`);
+  for (const host of ['0.0.0.0', '::', '10.0.0.5', 'broker.example.com', '128.0.0.1']) {
+    t.throws(
+      () => loadConfig({ HOST: host }),
+      {
+        name: 'Error',
+        message: new RegExp(
+          `^Refusing to listen on ${host.replaceAll('.', '\\.')} without authentication.*AUTH_TOKENS_FILE.*ALLOW_UNAUTHENTICATED=true`,
+        ),
+      },
+      `${host} without authentication is refused`,
+    );
+  }
+  t.equal(loadConfig({ HOST: '0.0.0.0', ALLOW_UNAUTHENTICATED: 'true' }).ALLOW_UNAUTHENTICATED, true, 'unless said');
+  t.throws(() => loadConfig({ HOST: '0.0.0.0', ALLOW_UNAUTHENTICATED: 'false' }), /Refusing to listen/);
+  t.throws(() => loadConfig({ ALLOW_UNAUTHENTICATED: 'yes' }), /ALLOW_UNAUTHENTICATED/);
+  t.equal(loadConfig({ HOST: '0.0.0.0', AUTH_TOKENS_FILE: '/etc/tokens' }).HOST, '0.0.0.0', 'or authenticated');
+
+  t.same(loadConfig({}).AUTH_OPEN_PATHS, ['/healthz', '/readyz'], 'the probes are open by default');
+  t.same(loadConfig({ AUTH_OPEN_PATHS: ' /metrics , /healthz' }).AUTH_OPEN_PATHS, ['/metrics', '/healthz']);
+  t.throws(
+    () => loadConfig({ AUTH_OPEN_PATHS: '/metrics,/v1/projects' }),
+    /AUTH_OPEN_PATHS: "\/v1\/projects": is not one of/,
+  );
+});
+
+t.test('TLS settings go together', async (t) => {
+  t.throws(() => loadConfig({ TLS_CERT_FILE: '/cert.pem' }), /Set TLS_CERT_FILE and TLS_KEY_FILE together/);
+  t.throws(() => loadConfig({ TLS_KEY_FILE: '/key.pem' }), /together/);
+  t.equal(loadConfig({ TLS_CERT_FILE: '/cert.pem', TLS_KEY_FILE: '/key.pem' }).TLS_KEY_FILE, '/key.pem');
+});
