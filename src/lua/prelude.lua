@@ -379,6 +379,33 @@ local function revoke_from(keys, key, seq, ended, now, policy)
   return release_key(keys, key, true, head_due)
 end
 
+-- The strict check of leases about to be acknowledged together (modify-ack-deadline's hold,
+-- acknowledge-and-publish), one code per member ("seq:gen") of members[first..]: DELIVERY_APPLIED
+-- only when the lease is valid (expired counts as refused on any subscription) and, on an ordered
+-- exactly-once subscription, would be acknowledged in order: each earlier message of its key is
+-- acknowledged already or comes before it in `members` (acknowledge-ordered.lua).
+-- keys: {leased, deliveries, keyed}
+local function strict_lease_codes(keys, members, first, now, exactly_once)
+  local codes = {}
+  -- checked_of[key]: how many messages of the key come before this one, each in order.
+  local checked_of = {}
+  for i = first, #members do
+    local member = members[i]
+    local code = RESULT[lease_status(redis.call('ZSCORE', keys.leased, member), now, true)]
+    local seq = split_entry(member)
+    local info = code == DELIVERY_APPLIED and exactly_once and redis.call('HGET', keys.deliveries, seq)
+    if info then
+      local _, _, key = split_keyed_delivery(info)
+      local min, max = key_range(key)
+      local at = checked_of[key] or 0
+      local expected = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', at, 1)[1]
+      if expected == keyed_member(key, seq) then checked_of[key] = at + 1 else code = DELIVERY_OUT_OF_ORDER end
+    end
+    codes[#codes + 1] = code
+  end
+  return codes
+end
+
 -- ---- Control-plane records (put-topic, put-data-owner) ----
 -- A name's stored state: its record JSON, else its tombstone JSON, else ''. Both carry a
 -- `version`; copies of the control plane in several regions converge on the highest.
