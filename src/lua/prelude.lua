@@ -12,6 +12,8 @@ local REPLY_ATTACHMENTS_CHANGED = -2 -- publish: re-read the attached subscripti
 local REPLY_STAMP_REFUSED = -3 -- publish: the publish time is too far from the script's clock
 local REPLY_FORWARDED_BEFORE = -4 -- publish: a forwarded message was stored before
 local REPLY_PAST_RETENTION = -6 -- publish: a message is scheduled past the retention of a subscription taking it
+local REPLY_LEASES_REFUSED = -7 -- acknowledge-and-publish: not every lease is current; nothing changed
+local REPLY_PUBLISH_REFUSED = -8 -- acknowledge-and-publish: its publish refused; nothing changed
 -- Per delivery (acknowledge, acknowledge-ordered, modify-ack-deadline).
 local DELIVERY_GONE = 0 -- no such lease: acknowledged, superseded, nacked, or unknown
 local DELIVERY_APPLIED = 1
