@@ -391,20 +391,22 @@ local function strict_lease_codes(keys, members, first, now, exactly_once)
   local codes = {}
   -- checked_of[key]: how many messages of the key come before this one, each in order.
   local checked_of = {}
-  for i = first, #members do
-    local member = members[i]
-    local code = RESULT[lease_status(redis.call('ZSCORE', keys.leased, member), now, true)]
-    local seq = split_entry(member)
-    local info = code == DELIVERY_APPLIED and exactly_once and redis.call('HGET', keys.deliveries, seq)
-    if info then
-      local _, _, key = split_keyed_delivery(info)
-      local min, max = key_range(key)
-      local at = checked_of[key] or 0
-      local expected = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', at, 1)[1]
-      if expected == keyed_member(key, seq) then checked_of[key] = at + 1 else code = DELIVERY_OUT_OF_ORDER end
+  in_chunks(members, first, function(chunk)
+    local deadlines = redis.call('ZMSCORE', keys.leased, unpack(chunk))
+    for i, member in ipairs(chunk) do
+      local code = RESULT[lease_status(deadlines[i], now, true)]
+      local seq = split_entry(member)
+      local info = code == DELIVERY_APPLIED and exactly_once and redis.call('HGET', keys.deliveries, seq)
+      if info then
+        local _, _, key = split_keyed_delivery(info)
+        local min, max = key_range(key)
+        local at = checked_of[key] or 0
+        local expected = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', at, 1)[1]
+        if expected == keyed_member(key, seq) then checked_of[key] = at + 1 else code = DELIVERY_OUT_OF_ORDER end
+      end
+      codes[#codes + 1] = code
     end
-    codes[#codes + 1] = code
-  end
+  end)
   return codes
 end
 
