@@ -911,24 +911,31 @@ async function main(): Promise<void> {
     };
 
     /**
-     * The outbox step: drains of two backlogs in which every message gets a follow-up on a third
+     * The outbox step: drains of two backlogs in which every message gets a follow-up on its own
      * topic, one acknowledging and then publishing the follow-ups in two calls, the other with
-     * one :acknowledgeAndPublish (which holds the leases, publishes, then acknowledges).
+     * one :acknowledgeAndPublish (every key of the call shares the topic's hash tag: one
+     * script). On each topic the drained subscription takes the jobs, and a second one the
+     * follow-ups (filters on the attribute FOLLOW_UP), so that a drain ends with its backlog.
      */
     const outboxWorkload = async () => {
-      const followUps = 'bench-outbox-follow-ups';
-      const followUpTopic = `projects/${PROJECT}/topics/${followUps}`;
-      await createTopic(client, followUps, [{ id: followUps }]);
+      const FOLLOW_UP = 'followUp';
       const drains = [
         { key: KEYS.ackThenPublish, topicId: 'bench-outbox-two-calls' },
         { key: KEYS.ackAndPublish, topicId: 'bench-outbox-one-call' },
       ];
+      const followUpsOf = (topicId: string) => `${topicId}-follow-ups`;
       for (const { key, topicId } of drains) {
-        await createTopic(client, topicId, [{ id: topicId }]);
+        await createTopic(client, topicId, [
+          { id: topicId, filter: `NOT attributes:${FOLLOW_UP}` },
+          { id: followUpsOf(topicId), filter: `attributes:${FOLLOW_UP}` },
+        ]);
         await publishMessages(`${key} (backlog)`, topicId);
       }
-      const followUpsOf = (batch: PulledMessage[]) =>
-        batch.map((m) => ({ data: Buffer.from(`done ${m.message.messageId}`).toString('base64') }));
+      const followUpsFor = (batch: PulledMessage[]) =>
+        batch.map((m) => ({
+          data: Buffer.from(`done ${m.message.messageId}`).toString('base64'),
+          attributes: { [FOLLOW_UP]: '1' },
+        }));
       const send = async (
         kind: string,
         path: string,
@@ -962,21 +969,20 @@ async function main(): Promise<void> {
                     `${subscriptionPath(topicId)}:acknowledgeAndPublish`,
                     {
                       ackIds,
-                      publish: [{ topic: followUpTopic, messages: followUpsOf(batch) }],
+                      publish: [{ topic: `projects/${PROJECT}/topics/${topicId}`, messages: followUpsFor(batch) }],
                     },
                     latency,
                   );
                 } else {
                   await send('ack', `${subscriptionPath(topicId)}:acknowledge`, { ackIds }, latency);
-                  await send('publish', `${topicPath(followUps)}:publish`, { messages: followUpsOf(batch) }, latency);
+                  await send('publish', `${topicPath(topicId)}:publish`, { messages: followUpsFor(batch) }, latency);
                 }
               },
             }),
           ),
         );
       }
-      for (const { topicId } of drains) await deleteTopic(client, topicId, [topicId]);
-      await deleteTopic(client, followUps, [followUps]);
+      for (const { topicId } of drains) await deleteTopic(client, topicId, [topicId, followUpsOf(topicId)]);
     };
 
     /**

@@ -86,6 +86,7 @@ export class DeliveryService {
       metrics,
     );
     this.ackAndPublish = new AckAndPublish(
+      regions,
       this.settlement,
       this.publisher,
       topics,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, invalidArgument, notFound, unavailable } from '../errors.ts';
-import { publish } from '../redis/calls/publish.ts';
+import { type PublishCall, type PublishResult, publish } from '../redis/calls/publish.ts';
 import type { ClockReading } from './clock.ts';
 import type { BrokerMetrics } from './metrics.ts';
 import { parseFilter, type SubscriptionFilter } from './filter.ts';
@@ -40,6 +40,19 @@ interface PublishedMessages {
   idempotencyKeys: string[];
   deliveries: (DeliverySchedule | undefined)[];
 }
+
+/** Publishes stored: the message IDs of each. */
+export interface Stored {
+  kind: 'stored';
+  messageIds: string[][];
+}
+
+/**
+ * How publishes reach Redis (Publisher.storeTogether): a script that answers each publish's
+ * result in order (when one refuses, nothing is stored), or something of its own instead, which
+ * ends the call.
+ */
+export type StorePublishes<Other extends object> = (calls: PublishCall[]) => Promise<PublishResult[] | Other>;
 
 interface Attachments {
   version: string;
@@ -132,41 +145,87 @@ export class Publisher {
     return stored.kind !== 'topic-deleted';
   }
 
+  /**
+   * Stores publishes to one topic incarnation together, in `region`, by `store`: a script that
+   * runs publish.lua as a step (ack-and-publish.ts). Their bodies go in the call, even those a
+   * publish alone would stage.
+   */
+  storeTogether<Other extends object>(
+    record: TopicRecord,
+    region: Region,
+    publishes: readonly CheckedPublish[],
+    store: StorePublishes<Other>,
+  ): Promise<Stored | { kind: 'topic-deleted' | 'forwarded-before' } | Other> {
+    const groups = publishes.map((checked) => ({
+      packed: checked.staged ? packChecked(checked.messages, Number.POSITIVE_INFINITY) : checked,
+      published: { ...checked, orderingKey: checked.messages[0].orderingKey ?? '' },
+    }));
+    return this.storeGroups(record, region, groups, store);
+  }
+
   /** Stores a publish in the topic incarnation, in `region`. */
   private async publishTo(
     record: TopicRecord,
-    { bodies, staged }: PackedPublish,
-    { messages, orderingKey, idempotencyKeys, deliveries }: PublishedMessages,
+    packed: PackedPublish,
+    published: PublishedMessages,
     region: Region,
     forwardId?: string,
   ): Promise<{ kind: 'stored'; messageIds: string[] } | { kind: 'topic-deleted' | 'forwarded-before' }> {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
+    const stored = await this.storeGroups<never>(
+      record,
+      region,
+      [{ packed, published }],
+      async ([call]) => [await publish(ctx.scripts, data, call)],
+      forwardId,
+    );
+    return stored.kind === 'stored' ? { kind: 'stored', messageIds: stored.messageIds[0] } : stored;
+  }
+
+  /**
+   * Stores publishes to the topic incarnation, in `region`, by `store`: stamped with one publish
+   * time, against the attached subscriptions this node read. A refusal stores nothing: after a
+   * change of attachments or a refused stamp, all are stored again.
+   */
+  private async storeGroups<Other extends object>(
+    record: TopicRecord,
+    region: Region,
+    groups: readonly { packed: PackedPublish; published: PublishedMessages }[],
+    store: StorePublishes<Other>,
+    forwardId?: string,
+  ): Promise<Stored | { kind: 'topic-deleted' | 'forwarded-before' } | Other> {
+    const { ctx } = region;
+    const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
-    const stagingKey = data.staging(randomUUID());
+    const stagingKeys = groups.map(() => data.staging(randomUUID()));
     let refusal: ClockReading | undefined;
     for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
       const publishTimeUs = refusal ? ctx.publishClock.stampFrom(refusal) : await ctx.publishClock.stampUs();
-      stampMessages(bodies, publishTimeUs);
-      const scheduled = scheduledMessages(deliveries, publishTimeUs);
-      const result = await publish(ctx.scripts, data, {
-        time: ctx.clock.scriptTime(),
-        publishTimeUs,
-        attachVersion: attachments.version,
-        wakeChannel,
-        orderingKey,
-        subscriptions: attachments.subscriptions.map((attachment) => selection(attachment, messages)),
-        bodies,
-        staged,
-        stagingKey,
-        forwardId,
-        topicRetentionUs: topicRetentionUs(record),
-        idempotencyKeys,
-        deduplicationWindowUs: deduplicationWindowUs(record),
-        scheduled,
+      const calls = groups.map(({ packed: { bodies, staged }, published }, group): PublishCall => {
+        stampMessages(bodies, publishTimeUs);
+        return {
+          time: ctx.clock.scriptTime(),
+          publishTimeUs,
+          attachVersion: attachments.version,
+          wakeChannel,
+          orderingKey: published.orderingKey,
+          subscriptions: attachments.subscriptions.map((attachment) => selection(attachment, published.messages)),
+          bodies,
+          staged,
+          stagingKey: stagingKeys[group],
+          forwardId,
+          topicRetentionUs: topicRetentionUs(record),
+          idempotencyKeys: published.idempotencyKeys,
+          deduplicationWindowUs: deduplicationWindowUs(record),
+          scheduled: scheduledMessages(published.deliveries, publishTimeUs),
+        };
       });
+      const results = await store(calls);
+      if (!Array.isArray(results)) return results;
+      const result = results.find((each) => each.kind !== 'published') ?? results[0];
       if (result.kind === 'topic-deleted' || result.kind === 'forwarded-before') return { kind: result.kind };
       if (result.kind === 'attachments-changed') {
         this.attachments.delete(cacheKey);
@@ -187,13 +246,15 @@ export class Publisher {
       if (result.kind === 'staged-bodies-missing')
         throw unavailable('The publish could not be stored this time; retry it.');
       ctx.publishClock.observe(result.redisTimeUs);
-      this.metrics.published(record.name, messages.map(messageSize));
-      const { firstSeq, duplicates } = result;
+      for (const { published } of groups) this.metrics.published(record.name, published.messages.map(messageSize));
       return {
         kind: 'stored',
-        messageIds: Array.from({ length: bodies.count }, (_, i) =>
-          messageId(region.name, duplicates.get(i) ?? firstSeq + i),
-        ),
+        messageIds: results.map((stored, group) => {
+          const { firstSeq, duplicates } = stored as Extract<PublishResult, { kind: 'published' }>;
+          return Array.from({ length: groups[group].packed.bodies.count }, (_, i) =>
+            messageId(region.name, duplicates.get(i) ?? firstSeq + i),
+          );
+        }),
       };
     }
   }

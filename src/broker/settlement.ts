@@ -192,16 +192,7 @@ export class Settlement {
     strict = false,
   ): Promise<SettleOutcome> {
     const exactlyOnce = strict || record.enableExactlyOnceDelivery === true;
-    const outcome: SettleOutcome = { applied: [], failures: new Map() };
-    const byRegion = new Map<Region, Map<string, string>>();
-    for (const [ackId, delivery] of deliveries) {
-      const region = delivery ? this.regions.byName(delivery.region) : undefined;
-      if (delivery && region) {
-        const memberOf = byRegion.get(region) ?? new Map<string, string>();
-        byRegion.set(region, memberOf.set(ackId, leaseMember(delivery)));
-      } else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${record.name}.`);
-    }
+    const { outcome, byRegion } = this.byRegion(record, deliveries, exactlyOnce);
     let regionFailure: unknown;
     for (const [region, memberOf] of byRegion) {
       const members = [...new Set(memberOf.values())];
@@ -213,21 +204,18 @@ export class Settlement {
         else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
         continue;
       }
-      const results = this.outcomes(region, record, members, settled);
-      this.count(record, operation, results, exactlyOnce);
-      const resultOf = new Map(members.map((member, i) => [member, results[i]]));
-      for (const [ackId, member] of memberOf) {
-        const result = resultOf.get(member);
-        if (result === 'applied' || (!exactlyOnce && result !== 'out-of-order')) outcome.applied.push(ackId);
-        else if (result === 'out-of-order') outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
-        else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
-      }
+      this.addOutcomes(outcome, region, record, memberOf, members, settled, exactlyOnce, operation);
     }
+    this.warnOfFailures(record, outcome, operation);
+    if (regionFailure) throw regionFailure;
+    return outcome;
+  }
+
+  /** Counts the failed ack IDs of an outcome in the metrics (exactly-once warnings). */
+  private warnOfFailures(record: SubscriptionRecord, outcome: SettleOutcome, operation: SettleOperation): void {
     for (const code of outcome.failures.values()) {
       this.metrics.exactlyOnceWarning(record, code === 'TRANSIENT_FAILURE_OTHER' ? 'server' : 'client', operation);
     }
-    if (regionFailure) throw regionFailure;
-    return outcome;
   }
 
   /**
@@ -243,6 +231,77 @@ export class Settlement {
     const taken = (result: DeliveryOutcome) => result === 'applied' || (!exactlyOnce && result === 'expired');
     if (operation === 'ack') this.metrics.acknowledged(record, results.filter(taken).length);
     if (!exactlyOnce) this.metrics.deadlinesExpired(record, results.filter((result) => result === 'expired').length);
+  }
+
+  /**
+   * The region every ack ID that names a delivery names, when there is one such region and it
+   * can be reached: a strict settlement there is one script (strictlyIn).
+   */
+  oneRegionOf(deliveries: DecodedAckIds): Region | undefined {
+    const names = new Set([...deliveries.values()].flatMap((delivery) => (delivery ? [delivery.region] : [])));
+    const region = names.size === 1 ? this.regions.byName([...names][0]) : undefined;
+    return region?.usable ? region : undefined;
+  }
+
+  /**
+   * A settlement as strict as holdDeliveries by one script in the one region of the deliveries
+   * (oneRegionOf): the distinct lease members to run it on, whether some ack IDs name no delivery
+   * (they fail, so the script must change nothing), and the outcome per ack ID from what it did
+   * (an acknowledgement's, in the metrics).
+   */
+  strictlyIn(region: Region, record: SubscriptionRecord, deliveries: DecodedAckIds) {
+    const { outcome, byRegion } = this.byRegion(record, deliveries, true);
+    const memberOf = byRegion.get(region) ?? new Map<string, string>();
+    const members = [...new Set(memberOf.values())];
+    return {
+      members,
+      someInvalid: outcome.failures.size > 0,
+      outcome: (settled: SettleResult): SettleOutcome => {
+        this.addOutcomes(outcome, region, record, memberOf, members, settled, true, 'ack');
+        this.warnOfFailures(record, outcome, 'ack');
+        return outcome;
+      },
+    };
+  }
+
+  /**
+   * The lease members of decoded ack IDs, per region (ack ID -> "seq:gen"), and an outcome with
+   * the ack IDs that name none as failures (exactlyOnce; else such an ID refuses the request).
+   */
+  private byRegion(record: SubscriptionRecord, deliveries: DecodedAckIds, exactlyOnce: boolean) {
+    const outcome: SettleOutcome = { applied: [], failures: new Map() };
+    const byRegion = new Map<Region, Map<string, string>>();
+    for (const [ackId, delivery] of deliveries) {
+      const region = delivery ? this.regions.byName(delivery.region) : undefined;
+      if (delivery && region) {
+        const memberOf = byRegion.get(region) ?? new Map<string, string>();
+        byRegion.set(region, memberOf.set(ackId, leaseMember(delivery)));
+      } else if (exactlyOnce) outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+      else throw invalidArgument(`Invalid ack ID: "${ackId.slice(0, 200)}" was not issued for ${record.name}.`);
+    }
+    return { outcome, byRegion };
+  }
+
+  /** Adds to `outcome`, per ack ID, what a script in `region` did to its member (and counts it). */
+  private addOutcomes(
+    outcome: SettleOutcome,
+    region: Region,
+    record: SubscriptionRecord,
+    memberOf: ReadonlyMap<string, string>,
+    members: string[],
+    settled: SettleResult,
+    exactlyOnce: boolean,
+    operation: SettleOperation,
+  ): void {
+    const results = this.outcomes(region, record, members, settled);
+    this.count(record, operation, results, exactlyOnce);
+    const resultOf = new Map(members.map((member, i) => [member, results[i]]));
+    for (const [ackId, member] of memberOf) {
+      const result = resultOf.get(member);
+      if (result === 'applied' || (!exactlyOnce && result !== 'out-of-order')) outcome.applied.push(ackId);
+      else if (result === 'out-of-order') outcome.failures.set(ackId, 'TRANSIENT_FAILURE_UNORDERED_ACK_ID');
+      else outcome.failures.set(ackId, 'PERMANENT_FAILURE_INVALID_ACK_ID');
+    }
   }
 
   /** Settles leases this process holds (see acknowledgeLeased), one script per region. */

@@ -53,28 +53,14 @@ mark_active(config_key, now)
 
 local results = {}
 if holding then
-  local deadline, held = now + seconds * 1000000, {}
-  -- Exactly-once ordered: a key's messages are acknowledged only from the front of its range, in
-  -- request order; held_of[key] counts those of the key held in order before this one.
-  local held_of = {}
-  for i = 5, #ARGV do
-    local member = ARGV[i]
-    local code = RESULT[lease_status(redis.call('ZSCORE', leased_key, member), now, true)]
-    local seq = split_entry(member)
-    local info = code == DELIVERY_APPLIED and exactly_once and redis.call('HGET', keys.deliveries, seq)
-    if info then
-      local _, _, key = split_keyed_delivery(info)
-      local min, max = key_range(key)
-      local at = held_of[key] or 0
-      local expected = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', at, 1)[1]
-      if expected == keyed_member(key, seq) then held_of[key] = at + 1 else code = DELIVERY_OUT_OF_ORDER end
-    end
-    results[#results + 1] = code
-    held[#held + 1] = deadline
-    held[#held + 1] = member
-  end
+  results = strict_lease_codes(keys, ARGV, 5, now, exactly_once)
   for _, code in ipairs(results) do
     if code ~= DELIVERY_APPLIED then return results end
+  end
+  local deadline, held = now + seconds * 1000000, {}
+  for i = 5, #ARGV do
+    held[#held + 1] = deadline
+    held[#held + 1] = ARGV[i]
   end
   if #held > 0 then redis.call('ZADD', leased_key, 'XX', unpack(held)) end
   return results

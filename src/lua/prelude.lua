@@ -12,6 +12,8 @@ local REPLY_ATTACHMENTS_CHANGED = -2 -- publish: re-read the attached subscripti
 local REPLY_STAMP_REFUSED = -3 -- publish: the publish time is too far from the script's clock
 local REPLY_FORWARDED_BEFORE = -4 -- publish: a forwarded message was stored before
 local REPLY_PAST_RETENTION = -6 -- publish: a message is scheduled past the retention of a subscription taking it
+local REPLY_LEASES_REFUSED = -7 -- acknowledge-and-publish: not every lease is current; nothing changed
+local REPLY_PUBLISH_REFUSED = -8 -- acknowledge-and-publish: its publish refused; nothing changed
 -- Per delivery (acknowledge, acknowledge-ordered, modify-ack-deadline).
 local DELIVERY_GONE = 0 -- no such lease: acknowledged, superseded, nacked, or unknown
 local DELIVERY_APPLIED = 1
@@ -377,6 +379,35 @@ local function revoke_from(keys, key, seq, ended, now, policy)
     return false
   end
   return release_key(keys, key, true, head_due)
+end
+
+-- The strict check of leases about to be acknowledged together (modify-ack-deadline's hold,
+-- acknowledge-and-publish), one code per member ("seq:gen") of members[first..]: DELIVERY_APPLIED
+-- only when the lease is valid (expired counts as refused on any subscription) and, on an ordered
+-- exactly-once subscription, would be acknowledged in order: each earlier message of its key is
+-- acknowledged already or comes before it in `members` (acknowledge-ordered.lua).
+-- keys: {leased, deliveries, keyed}
+local function strict_lease_codes(keys, members, first, now, exactly_once)
+  local codes = {}
+  -- checked_of[key]: how many messages of the key come before this one, each in order.
+  local checked_of = {}
+  in_chunks(members, first, function(chunk)
+    local deadlines = redis.call('ZMSCORE', keys.leased, unpack(chunk))
+    for i, member in ipairs(chunk) do
+      local code = RESULT[lease_status(deadlines[i], now, true)]
+      local seq = split_entry(member)
+      local info = code == DELIVERY_APPLIED and exactly_once and redis.call('HGET', keys.deliveries, seq)
+      if info then
+        local _, _, key = split_keyed_delivery(info)
+        local min, max = key_range(key)
+        local at = checked_of[key] or 0
+        local expected = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', at, 1)[1]
+        if expected == keyed_member(key, seq) then checked_of[key] = at + 1 else code = DELIVERY_OUT_OF_ORDER end
+      end
+      codes[#codes + 1] = code
+    end
+  end)
+  return codes
 end
 
 -- ---- Control-plane records (put-topic, put-data-owner) ----

@@ -109,6 +109,18 @@ export class BulkStrings {
     this.bulkCount = lengths.length * (indexFields ? 2 : 1);
   }
 
+  /**
+   * The strings of several, in order, in one: the same parts when there is one, else a copy. None
+   * may have index fields.
+   */
+  static joined(parts: readonly BulkStrings[]): BulkStrings {
+    if (parts.length === 1) return parts[0];
+    const joined = new BulkStrings(parts.flatMap((part) => part.lengths));
+    let at = 0;
+    for (const part of parts) at += part.bytes.copy(joined.bytes, at);
+    return joined;
+  }
+
   /** How many strings (not counting index fields). */
   get count(): number {
     return this.lengths.length;

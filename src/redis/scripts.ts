@@ -40,6 +40,7 @@ export const SCRIPT_NAMES = [
   'read-backlog',
   'count-backlog',
   'index-holds',
+  'acknowledge-and-publish',
 ] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 
@@ -51,6 +52,15 @@ export function listScriptFiles(): string[] {
   return readdirSync(LUA_DIR).filter((file) => file.endsWith('.lua') && file !== PRELUDE_FILE);
 }
 
+/**
+ * Scripts that run others as steps, and those steps: each step's source, prelude and all, goes
+ * ahead of the script as a function `step_<name>(KEYS, ARGV)`, whose parameters stand for the
+ * globals the step reads, so that it does exactly what it does alone on the KEYS and ARGV given.
+ */
+const STEPS: Partial<Record<ScriptName, readonly ScriptName[]>> = {
+  'acknowledge-and-publish': ['publish', 'acknowledge', 'acknowledge-ordered'],
+};
+
 /** How long a staging hash outlives a publish whose script never ran (see runStaged). */
 const STAGING_TTL_SECONDS = 60;
 
@@ -59,12 +69,22 @@ const commandName = (name: ScriptName) => `pubsub_${name.replaceAll('-', '_')}`;
 type Arg = string | number | Buffer;
 type ScriptCaller = (numberOfKeys: number, ...args: Arg[]) => Promise<unknown>;
 
-/** Every script as sent to Redis: the prelude, then the script. Read from disk once per process. */
+/**
+ * Every script as sent to Redis: the prelude, its steps (STEPS), then the script. Read from disk
+ * once per process.
+ */
 let scriptSources: Map<ScriptName, string> | undefined;
 function loadScriptSources(): Map<ScriptName, string> {
   if (!scriptSources) {
     const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
-    scriptSources = new Map(SCRIPT_NAMES.map((name) => [name, `${prelude}\n${readScriptSource(name)}`]));
+    const step = (name: ScriptName) =>
+      `local function step_${name.replaceAll('-', '_')}(KEYS, ARGV)\n${prelude}\n${readScriptSource(name)}\nend\n`;
+    scriptSources = new Map(
+      SCRIPT_NAMES.map((name) => [
+        name,
+        `${prelude}\n${(STEPS[name] ?? []).map(step).join('')}${readScriptSource(name)}`,
+      ]),
+    );
   }
   return scriptSources;
 }

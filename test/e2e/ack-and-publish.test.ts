@@ -8,6 +8,7 @@ import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { b64, startBroker, type TestBroker, unb64 } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
+import { scriptsRunBy } from '../helpers/script-calls.ts';
 import { pullNow, topicData } from '../helpers/topic.ts';
 
 const P = '/v1/projects/p';
@@ -78,17 +79,22 @@ for (const target of redisTargets()) {
       leases.set(name, received);
     }
     for (const [name, received] of leases) {
-      const answer = await ackAndPublish(broker, name, {
-        ackIds: received.map((r: { ackId: string }) => r.ackId),
-        publish: [
-          {
-            topic: FOLLOW_UPS,
-            messages: [{ data: b64(`${name}: done`) }, { data: b64(`${name}: later`), deliveryDelay: '30s' }],
-          },
-          { topic: JOBS, messages: [{ data: b64(`${name}: again`), attributes: { for: name } }] },
-        ],
-      });
+      const { result: answer, scripts } = await scriptsRunBy(() =>
+        ackAndPublish(broker, name, {
+          ackIds: received.map((r: { ackId: string }) => r.ackId),
+          publish: [
+            {
+              topic: FOLLOW_UPS,
+              messages: [{ data: b64(`${name}: done`) }, { data: b64(`${name}: later`), deliveryDelay: '30s' }],
+            },
+            { topic: JOBS, messages: [{ data: b64(`${name}: again`), attributes: { for: name } }] },
+          ],
+        }),
+      );
       t.equal(answer.status, 200, `${name}: answered`);
+      // Another topic's keys have another hash tag (on the cluster, another shard).
+      const acknowledge = name.startsWith('ordered') ? 'acknowledge-ordered' : 'acknowledge';
+      t.same(scripts, ['modify-ack-deadline', 'publish', 'publish', acknowledge], `${name}: in three steps`);
       t.equal(answer.body.messageIds.length, 2, 'message IDs per topic');
       t.equal(answer.body.messageIds[0].length, 2);
     }

@@ -44,6 +44,7 @@ import {
   pull,
   touchSubscription,
 } from '../../src/redis/calls/delivery.ts';
+import { acknowledgeAndPublish } from '../../src/redis/calls/ack-and-publish.ts';
 import { countBacklog, indexHolds, readBacklog } from '../../src/redis/calls/backlog.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
 import { createSnapshot, dropSnapshot, expireLog, seek } from '../../src/redis/calls/retention.ts';
@@ -398,6 +399,27 @@ const wrapperCases: WrapperCase[] = [
     reply: settled,
     moreArgv: members.length,
     call: (scripts) => modifyAckDeadline(scripts, sub, { time, seconds: 10, wakeChannel, members }),
+  },
+  {
+    what: 'acknowledge-and-publish, acknowledge-ordered and two publishes',
+    reply: [codes.REPLY_OK, settled, published, published],
+    // The steps' keys not among KEYS[1..4], each once: acknowledge-ordered's bodies prefix, refs,
+    // ready list, key states, holds and hold blocks, then publish's other eight and six per
+    // attached subscription.
+    moreKeys: 6 + 8 + 2 * 6,
+    // The deliveries; the acknowledgement's script and step (its key count, 10 positions, its ARGV
+    // count, 2 + 2 ARGV, its body count); the publish count; each publish's step (key count, 22
+    // positions, ARGV count, 13 ARGV, body count); the bodies (2 each).
+    moreArgv: members.length + 1 + (1 + 10 + 1 + 4 + 1) + 1 + 2 * (1 + 22 + 1 + 13 + 1) + 2 * 2,
+    call: (scripts) =>
+      acknowledgeAndPublish(scripts, data, sub, {
+        time,
+        members,
+        refuse: false,
+        ordered: true,
+        wakeChannel,
+        publishes: [publishCall(false, twoSubscriptions), publishCall(false, twoSubscriptions)],
+      }),
   },
   {
     what: 'finish-forwarding',

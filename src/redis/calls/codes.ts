@@ -18,6 +18,10 @@ export const REPLY_FORWARDED_BEFORE = -4;
 export const REPLY_NO_SNAPSHOT = -5;
 /** publish: a message is scheduled later than a subscription that takes it retains messages. */
 export const REPLY_PAST_RETENTION = -6;
+/** acknowledge-and-publish: not every lease is current; nothing changed. */
+export const REPLY_LEASES_REFUSED = -7;
+/** acknowledge-and-publish: its publish refused (publish.lua's reply follows); nothing changed. */
+export const REPLY_PUBLISH_REFUSED = -8;
 
 /** Per delivery, from acknowledge, acknowledge-ordered and modify-ack-deadline. */
 export const DELIVERY_GONE = 0;

@@ -138,7 +138,8 @@ const OUTCOMES: Record<number, DeliveryOutcome> = {
   [DELIVERY_OUT_OF_ORDER]: 'out-of-order',
 };
 
-function settled(script: ScriptName, reply: number[]): SettleResult {
+/** What acknowledge.lua, acknowledge-ordered.lua or modify-ack-deadline.lua answered. */
+export function settled(script: ScriptName, reply: number[]): SettleResult {
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
   const outcomes: DeliveryOutcome[] = [];
   for (const code of reply) {
@@ -162,12 +163,16 @@ export async function acknowledge(
   sub: SubscriptionKeys,
   call: AcknowledgeCall,
 ): Promise<SettleResult> {
-  const reply = await scripts.run(
-    'acknowledge',
-    [sub.config, sub.leased, data.bodies, data.refs, sub.holds, sub.holdBlocks],
-    [call.time, ...call.members],
-  );
-  return settled('acknowledge', reply as number[]);
+  const { keys, args } = acknowledgeArguments(data, sub, call);
+  return settled('acknowledge', (await scripts.run('acknowledge', keys, args)) as number[]);
+}
+
+/** acknowledge.lua's KEYS and ARGV: for this wrapper and for scripts that run it as a step. */
+export function acknowledgeArguments(data: TopicKeys, sub: SubscriptionKeys, call: AcknowledgeCall) {
+  return {
+    keys: [sub.config, sub.leased, data.bodies, data.refs, sub.holds, sub.holdBlocks],
+    args: [call.time, ...call.members],
+  };
 }
 
 /**
@@ -189,19 +194,22 @@ function endingKeys(data: TopicKeys, sub: SubscriptionKeys, endedFrom: string): 
   ];
 }
 
+export type AcknowledgeOrderedCall = AcknowledgeCall & { wakeChannel: string };
+
 /** Runs acknowledge-ordered.lua: for subscriptions with message ordering. */
 export async function acknowledgeOrdered(
   scripts: Scripts,
   data: TopicKeys,
   sub: SubscriptionKeys,
-  call: AcknowledgeCall & { wakeChannel: string },
+  call: AcknowledgeOrderedCall,
 ): Promise<SettleResult> {
-  const reply = await scripts.run('acknowledge-ordered', endingKeys(data, sub, sub.leased), [
-    call.time,
-    call.wakeChannel,
-    ...call.members,
-  ]);
-  return settled('acknowledge-ordered', reply as number[]);
+  const { keys, args } = acknowledgeOrderedArguments(data, sub, call);
+  return settled('acknowledge-ordered', (await scripts.run('acknowledge-ordered', keys, args)) as number[]);
+}
+
+/** acknowledge-ordered.lua's KEYS and ARGV: for this wrapper and for scripts that run it as a step. */
+export function acknowledgeOrderedArguments(data: TopicKeys, sub: SubscriptionKeys, call: AcknowledgeOrderedCall) {
+  return { keys: endingKeys(data, sub, sub.leased), args: [call.time, call.wakeChannel, ...call.members] };
 }
 
 export interface ModifyAckDeadlineCall {

@@ -80,18 +80,15 @@ export type PublishResult =
 export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
 
 /**
- * Runs publish.lua. Large bodies are staged in a hash the script renames (Scripts.runStaged), so
- * that Redis never makes Lua strings of them; small ones go in the call (two commands fewer), and
- * share a block with other small publishes (Scripts.runEncoded). Either way they are encoded in
- * one pass: they are nearly all of what is sent (binary-command.ts).
+ * publish.lua's KEYS, and its ARGV up to the bodies (which follow them in the call, unless they
+ * are staged): for this wrapper and for scripts that run publish.lua as a step.
  */
-export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
-  const { bodies, stagingKey } = call;
+export function publishArguments(data: TopicKeys, call: PublishCall): { keys: string[]; args: string[] } {
   const keys = [
     data.state,
     data.bodies,
     data.refs,
-    stagingKey,
+    call.stagingKey,
     data.forwarded,
     data.log,
     data.logStart,
@@ -119,7 +116,7 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     call.forwardId ?? '',
     selections,
     call.topicRetentionUs ? String(call.topicRetentionUs) : '',
-    String(bodies.count),
+    String(call.bodies.count),
     String(call.deduplicationWindowUs ?? 0),
   ];
   const keyedMessages: string[] = [];
@@ -134,6 +131,18 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     else runs.push(String(index + 1), String(index + 1), String(dueUs));
   }
   args.push(String(keyedMessages.length / 2), ...keyedMessages, String(runs.length / 3), ...runs);
+  return { keys, args };
+}
+
+/**
+ * Runs publish.lua. Large bodies are staged in a hash the script renames (Scripts.runStaged), so
+ * that Redis never makes Lua strings of them; small ones go in the call (two commands fewer), and
+ * share a block with other small publishes (Scripts.runEncoded). Either way they are encoded in
+ * one pass: they are nearly all of what is sent (binary-command.ts).
+ */
+export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCall): Promise<PublishResult> {
+  const { bodies, stagingKey } = call;
+  const { keys, args } = publishArguments(data, call);
   let reply: number[];
   try {
     reply = (await (call.staged
@@ -145,6 +154,11 @@ export async function publish(scripts: Scripts, data: TopicKeys, call: PublishCa
     }
     throw error;
   }
+  return publishResult(reply);
+}
+
+/** What publish.lua's reply says. */
+export function publishResult(reply: number[]): PublishResult {
   switch (reply[0]) {
     case REPLY_TOPIC_DELETED:
       return { kind: 'topic-deleted' };
