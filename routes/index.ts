@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { exampleRoutes } from './examples.ts';
 import { healthRoutes } from './health.ts';
+import { iamRoutes } from './iam.ts';
 import type { RouteOptions } from './options.ts';
 import { snapshotRoutes } from './snapshots.ts';
 import { streamingRoutes } from './streaming.ts';
@@ -14,6 +15,7 @@ export async function registerRoutes(app: FastifyInstance, options: RouteOptions
   await app.register(subscriptionRoutes, options);
   await app.register(snapshotRoutes, options);
   await app.register(streamingRoutes, options);
+  await app.register(iamRoutes, options);
   await app.register(unimplementedRoutes);
   await app.register(exampleRoutes);
 }

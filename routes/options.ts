@@ -6,6 +6,7 @@ export interface RouteOptions {
 }
 
 /** Path prefixes. Resource IDs never contain ':' or '/', so a custom verb follows the last ':'. */
+export const PROJECT_PATH = '/v1/projects/:project([^:/]+)';
 export const TOPIC_PATH = '/v1/projects/:project/topics/:topic([^:/]+)';
 export const SUBSCRIPTION_PATH = '/v1/projects/:project/subscriptions/:subscription([^:/]+)';
 export const SNAPSHOT_PATH = '/v1/projects/:project/snapshots/:snapshot([^:/]+)';

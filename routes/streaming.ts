@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { WebSocket } from 'ws';
-import { resourceName } from '../src/broker/names.ts';
+import { type ResourceName, resourceName } from '../src/broker/names.ts';
 import type {
   StreamingPullRequest,
   StreamingPullResponse,
@@ -22,12 +22,23 @@ interface SubscriptionParams {
 
 /**
  * Streaming pull over WebSocket: GET .../subscriptions/{s}:streamingPull, upgraded. It runs
- * every onRequest hook the other routes run (authentication included) before the upgrade.
+ * every onRequest hook the other routes run (authentication included) before the upgrade, and a
+ * caller who may not consume the subscription is refused there, with an HTTP answer (403) that
+ * browsers and clients see, rather than a stream that opens only to close.
  */
 export async function streamingRoutes(app: FastifyInstance, { broker }: RouteOptions): Promise<void> {
   app.route<{ Params: SubscriptionParams }>({
     method: 'GET',
     url: `${SUBSCRIPTION_PATH}::streamingPull`,
+    preValidation: async (request) => {
+      let name: ResourceName;
+      try {
+        name = resourceName('subscriptions', request.params.project, request.params.subscription);
+      } catch {
+        return; // An invalid name is refused on the stream, with its error frame, as always (below).
+      }
+      await broker.delivery.requireConsume(httpCaller(broker, 'websocket', request), name);
+    },
     handler: async () => {
       throw failedPrecondition('streamingPull needs a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket).');
     },

@@ -1,12 +1,8 @@
 import type { FastifyInstance, HTTPMethods } from 'fastify';
 import { ApiError } from '../src/errors.ts';
-import { SNAPSHOT_PATH, SUBSCRIPTION_PATH, TOPIC_PATH } from './options.ts';
+import { PROJECT_PATH } from './options.ts';
 
-const PROJECT_PATH = '/v1/projects/:project';
 const SCHEMA_PATH = `${PROJECT_PATH}/schemas/:schema([^:/]+)`;
-
-/** Resources with an IAM policy (the google.iam.v1.IAMPolicy mixin of Pub/Sub). */
-const IAM_RESOURCE_PATHS = [TOPIC_PATH, SUBSCRIPTION_PATH, SNAPSHOT_PATH, SCHEMA_PATH];
 
 /** The Pub/Sub REST methods this broker does not implement yet: [HTTP method, route URL, RPC]. */
 const UNIMPLEMENTED_METHODS: [HTTPMethods, string, string][] = [
@@ -20,13 +16,11 @@ const UNIMPLEMENTED_METHODS: [HTTPMethods, string, string][] = [
   ['POST', `${SCHEMA_PATH}::commit`, 'SchemaService.CommitSchema'],
   ['POST', `${SCHEMA_PATH}::rollback`, 'SchemaService.RollbackSchema'],
   ['DELETE', `${SCHEMA_PATH}::deleteRevision`, 'SchemaService.DeleteSchemaRevision'],
-  ...IAM_RESOURCE_PATHS.flatMap((path): [HTTPMethods, string, string][] => [
-    // Pub/Sub binds GetIamPolicy to GET; the IAM mixin's own binding, which clients may use, is POST.
-    ['GET', `${path}::getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
-    ['POST', `${path}::getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
-    ['POST', `${path}::setIamPolicy`, 'IAMPolicy.SetIamPolicy'],
-    ['POST', `${path}::testIamPermissions`, 'IAMPolicy.TestIamPermissions'],
-  ]),
+  // Schemas have IAM policies in Pub/Sub; the broker has no schemas.
+  ['GET', `${SCHEMA_PATH}::getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
+  ['POST', `${SCHEMA_PATH}::getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
+  ['POST', `${SCHEMA_PATH}::setIamPolicy`, 'IAMPolicy.SetIamPolicy'],
+  ['POST', `${SCHEMA_PATH}::testIamPermissions`, 'IAMPolicy.TestIamPermissions'],
 ];
 
 /** A route URL as Pub/Sub's reference spells the path: `/v1/projects/{project}/topics/{topic}:publish`. */

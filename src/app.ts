@@ -99,6 +99,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     options.broker ??
     (await createBroker({
       ...options,
+      // The callers authentication names are the ones authorization tells apart.
+      authorization: options.authorization ?? options.authentication?.authorization(),
       log: {
         warn: (message) => app.log.warn(message),
         error: (message) => app.log.error(message),

@@ -151,6 +151,8 @@ const environmentSchema = z.object({
   AUTH_JWKS_FILE: z.string().min(1).optional(),
   AUTH_JWT_ISSUER: z.string().min(1).optional(),
   AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
+  /** Project-level IAM bindings from the configuration (format: src/auth/policy-file.ts, README). */
+  IAM_POLICY_FILE: z.string().min(1).optional(),
   /**
    * Origins of browser apps served elsewhere that may call the broker (CORS, and the WebSocket
    * upgrade's Origin): `https://app.example.com`, comma-separated; none by default.
@@ -194,6 +196,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   checkRegions(config);
   checkJwtSettings(config);
+  if (config.IAM_POLICY_FILE && !authenticates(config)) {
+    throw new ConfigError(
+      'IAM_POLICY_FILE grants roles to authenticated principals: set AUTH_TOKENS_FILE or the AUTH_JWT_* settings too.',
+    );
+  }
   if (Boolean(config.TLS_CERT_FILE) !== Boolean(config.TLS_KEY_FILE)) {
     throw new ConfigError('Set TLS_CERT_FILE and TLS_KEY_FILE together to serve TLS.');
   }

@@ -110,6 +110,7 @@ async function main(): Promise<void> {
       janitorIntervalMs: JANITOR_INTERVAL_MS,
       push: { hosts: config.PUSH_ENDPOINT_HOSTS },
       log: { warn: log, error: log },
+      authorization: authentication?.authorization(),
     }),
   });
 

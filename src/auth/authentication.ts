@@ -1,7 +1,9 @@
 import { readFileSync, unwatchFile, watchFile } from 'node:fs';
 import { authenticates, type Config } from '../config.ts';
 import { unauthenticated } from '../errors.ts';
+import type { AuthorizationSettings } from '../broker/authorization.ts';
 import { jwtPrincipal, type JwtSettings, type KeySet, looksLikeJwt, parseJwks } from './jwt.ts';
+import { AUTHENTICATED_ARE_ADMINS, type ConfiguredBindings, parsePolicyFile } from './policy-file.ts';
 import { parseTokenFile, type TokenHashes, tokenHash } from './token-file.ts';
 
 /**
@@ -64,6 +66,7 @@ class Loaded<T> {
 export class Authentication {
   private readonly tokens?: Loaded<TokenHashes>;
   private readonly jwt?: { keys: Loaded<KeySet>; settings: JwtSettings };
+  private readonly policies?: Loaded<ConfiguredBindings>;
 
   private constructor(
     config: Config,
@@ -88,6 +91,22 @@ export class Authentication {
       });
       this.jwt = { keys, settings: { issuer: config.AUTH_JWT_ISSUER, audience: config.AUTH_JWT_AUDIENCE } };
     }
+    if (config.IAM_POLICY_FILE) {
+      this.policies = new Loaded({
+        setting: 'IAM_POLICY_FILE',
+        path: config.IAM_POLICY_FILE,
+        parse: parsePolicyFile,
+        describe: (bindings) => `bindings for ${bindings.size} project(s)`,
+      });
+    }
+  }
+
+  /**
+   * What authorization needs of it: calls are checked, against the policy file's bindings as
+   * they are now (every authenticated principal an admin without the file).
+   */
+  authorization(): AuthorizationSettings {
+    return { enforce: true, configured: () => this.policies?.value ?? AUTHENTICATED_ARE_ADMINS };
   }
 
   /**
@@ -115,6 +134,7 @@ export class Authentication {
     const files: Reloadable[] = [];
     if (this.tokens) files.push(this.tokens);
     if (this.jwt) files.push(this.jwt.keys);
+    if (this.policies) files.push(this.policies);
     return files;
   }
 

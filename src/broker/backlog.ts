@@ -10,6 +10,7 @@ import {
   type StoredState,
 } from '../redis/calls/backlog.ts';
 import { readBodies } from './bodies.ts';
+import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import { formatDuration, formatTimestampUs } from './durations.ts';
 import { parseFilter } from './filter.ts';
@@ -107,6 +108,7 @@ export class BacklogService {
     private readonly regions: Regions,
     private readonly subscriptions: SubscriptionService,
     private readonly topics: TopicService,
+    private readonly authorizer: Authorizer,
   ) {}
 
   /**
@@ -116,7 +118,9 @@ export class BacklogService {
    * with the backlog; conditions on bodies (attributes, ordering key, publish time) are checked
    * after, so a page may hold fewer messages than `pageSize` and still have a next page.
    */
-  async list(_caller: CallContext, name: ResourceName, request: ListBacklogRequest): Promise<BacklogPage> {
+  async list(caller: CallContext, name: ResourceName, request: ListBacklogRequest): Promise<BacklogPage> {
+    // The messages themselves: for those who may receive them.
+    await this.authorizer.require(caller, 'pubsub.subscriptions.consume', name.full);
     const record = await this.subscriptions.readForDelivery(name);
     const filter = parseFilter(request.filter);
     const states = new Set<BacklogState>(request.states.length > 0 ? request.states : BACKLOG_STATES);
@@ -195,7 +199,8 @@ export class BacklogService {
    * being forwarded, over every usable region: from the sizes of its structures (count-backlog.lua);
    * and the oldest of them, from its holds.
    */
-  async counts(_caller: CallContext, name: ResourceName): Promise<BacklogCounts> {
+  async counts(caller: CallContext, name: ResourceName): Promise<BacklogCounts> {
+    await this.authorizer.require(caller, 'pubsub.subscriptions.get', name.full);
     const record = await this.subscriptions.readForDelivery(name);
     const counts: BacklogCounts = {
       unackedMessageCount: 0,
@@ -233,7 +238,9 @@ export class BacklogService {
   }
 
   /** A message of the topic, as long as its body is stored (a subscription or the log holds it). */
-  async message(_caller: CallContext, topicName: ResourceName, id: string): Promise<ReceivedMessage['message']> {
+  async message(caller: CallContext, topicName: ResourceName, id: string): Promise<ReceivedMessage['message']> {
+    // A topic's messages are for those who may receive them through a subscription of their own.
+    await this.authorizer.require(caller, 'pubsub.topics.attachSubscription', topicName.full);
     const topic = await this.topics.read(topicName);
     const { region, seq } = this.parseMessageId(id);
     const [body] = await readBodies(region.ctx.redis, region.ctx.keys.topicData(topic.uid), [seq]);

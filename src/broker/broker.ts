@@ -2,6 +2,7 @@ import type { RedisClient } from '../redis/client.ts';
 import { Keys } from '../redis/keys.ts';
 import { Scripts } from '../redis/scripts.ts';
 import { ackIdCodecLoader } from './ack-id.ts';
+import { type AuthorizationSettings, Authorizer } from './authorization.ts';
 import { BacklogService } from './backlog.ts';
 import { type Clock, nowUs as clockNowUs, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
@@ -58,6 +59,8 @@ export interface BrokerConfig {
   regions?: { local: string; others: RegionConnection[] };
   /** Where the broker reports what an operator should know. Default: nowhere. */
   log?: BrokerLog;
+  /** Who may do what (authorization.ts). Default: every call is allowed (no one is authenticated). */
+  authorization?: AuthorizationSettings;
   /** Push delivery (push.ts). */
   push?: {
     /** The hosts push endpoints may name: '*' (the default) for any. */
@@ -96,6 +99,8 @@ export interface Broker {
   snapshots: SnapshotService;
   replay: ReplayService;
   backlog: BacklogService;
+  /** Permission checks, and the IAM methods (getIamPolicy, setIamPolicy, testIamPermissions). */
+  iam: Authorizer;
   /** The Prometheus metrics (metrics.ts). */
   metrics: BrokerMetrics;
   /**
@@ -136,20 +141,26 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     (config.regions?.others ?? []).map((other) => makeRegion(other.name, other.redis, other.subscriber)),
   );
   const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
-  const topics = new TopicService(regions, controlPlane);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics, config.push?.hosts);
+  const iam = new Authorizer(
+    regions,
+    controlPlane,
+    config.authorization ?? { enforce: false, configured: () => new Map() },
+  );
+  const topics = new TopicService(regions, controlPlane, iam);
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics, iam, config.push?.hosts);
   const metrics = new BrokerMetrics(regions);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     metrics,
+    authorizer: iam,
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: config.pullWaitMs ?? 20_000,
     rememberTopicMs: config.rememberTopicMs ?? 1000,
     stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
   });
   const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
-  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions);
-  const replay = new ReplayService(regions, topics, subscriptions, snapshots);
-  const backlog = new BacklogService(regions, subscriptions, topics);
+  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions, iam);
+  const replay = new ReplayService(regions, topics, subscriptions, snapshots, iam);
+  const backlog = new BacklogService(regions, subscriptions, topics, iam);
   // No region serves until its store is known to be in this broker's storage format.
   const stopGuards = await Promise.all(
     regions.all.map((region) =>
@@ -211,6 +222,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     snapshots,
     replay,
     backlog,
+    iam,
     metrics,
     collectGarbage,
     close: () => (closing ??= close()),

@@ -8,6 +8,7 @@ import {
   markCleanup,
   type PutStateCall,
   putDataOwner,
+  putProjectPolicy,
   putTopic,
 } from '../redis/calls/control-plane.ts';
 import { dropSnapshot } from '../redis/calls/retention.ts';
@@ -19,6 +20,7 @@ import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
 import {
   dataOwnerTombstone,
   isTombstone,
+  type ProjectPolicyRecord,
   type SnapshotRecord,
   type State,
   type SubscriptionRecord,
@@ -46,8 +48,11 @@ import { Rerun } from './rerun.ts';
  * its data, a topic tombstone closes the topic's data to publishing, and a snapshot tombstone
  * lets go of what the snapshot held (its data is captured before its record is written:
  * snapshots.ts).
+ *
+ * Projects are not created: a project's state is its IAM policy (authorization.ts), written by
+ * `upsert`, and it has no data-plane effect.
  */
-export type Kind = 'topic' | DataOwnerKind;
+export type Kind = 'topic' | DataOwnerKind | 'project';
 type ControlRecord = TopicRecord | SubscriptionRecord | SnapshotRecord;
 
 interface PutResult {
@@ -150,9 +155,27 @@ export class ControlPlane {
     const [records, tombstones] = this.hashes(region, kind);
     const [record, tombstone] = await Promise.all([
       region.ctx.redis.hget(records, name),
-      region.ctx.redis.hget(tombstones, name),
+      tombstones === undefined ? null : region.ctx.redis.hget(tombstones, name),
     ]);
     return record ?? tombstone ?? '';
+  }
+
+  /**
+   * Writes what `decide` makes of a name's state at the arbiter (undefined: none yet) for the
+   * next version, decided again whenever that state changed meanwhile: project policies, which
+   * exist without being created.
+   */
+  async upsert(
+    kind: 'project',
+    name: string,
+    decide: (current: ProjectPolicyRecord | undefined, version: number) => ProjectPolicyRecord,
+  ): Promise<ProjectPolicyRecord> {
+    for (;;) {
+      const arbiter = this.regions.arbiter();
+      const json = await this.readState(arbiter, kind, name);
+      const next = decide(json ? (JSON.parse(json) as ProjectPolicyRecord) : undefined, versionOf(json) + 1);
+      if ((await this.write(kind, arbiter, json, next)) === 'written') return next;
+    }
   }
 
   /**
@@ -336,6 +359,12 @@ export class ControlPlane {
     expected = '',
   ): Promise<PutResult> {
     if (kind === 'topic') return this.putTopic(region, state as TopicRecord | Tombstone, mode, expected);
+    if (kind === 'project') {
+      const put = await putProjectPolicy(region.ctx.scripts, region.ctx.keys, stateCall(state, mode, expected));
+      return put.kind === 'refused'
+        ? { applied: false, current: put.current }
+        : { applied: true, current: put.previous };
+    }
     if (kind === 'snapshot') return this.putSnapshot(region, state as SnapshotRecord | Tombstone, mode, expected);
     return this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
   }
@@ -405,7 +434,7 @@ export class ControlPlane {
     // it is visible); a settings change decided here is recorded first, so that only the
     // compare-and-set winner's settings reach the data plane. Copies are attached first: the
     // attach keeps the settings of the highest record version it has seen.
-    const expectedState = expected ? (JSON.parse(expected) as State) : undefined;
+    const expectedState = expected ? (JSON.parse(expected) as SubscriptionRecord | Tombstone) : undefined;
     const sameIncarnation =
       expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && !detached && (mode === 'newer' || !sameIncarnation);
@@ -479,9 +508,11 @@ export class ControlPlane {
     ]);
   }
 
-  private hashes(region: Region, kind: Kind): [string, string] {
+  /** Where a kind's records and tombstones are kept (project policies have no tombstones). */
+  private hashes(region: Region, kind: Kind): [string, string | undefined] {
     const { keys } = region.ctx;
     if (kind === 'topic') return [keys.topics, keys.topicTombstones];
+    if (kind === 'project') return [keys.projectPolicies, undefined];
     if (kind === 'snapshot') return [keys.snapshots, keys.snapshotTombstones];
     return [keys.subscriptions, keys.subscriptionTombstones];
   }
@@ -507,7 +538,7 @@ export class ControlPlane {
     };
     await this.shareAckSecret(reachable, attempt);
     // Topics first: a subscription or snapshot copied to a region finds its topic's state already there.
-    for (const kind of ['topic', 'subscription', 'snapshot'] as const) {
+    for (const kind of ['topic', 'subscription', 'snapshot', 'project'] as const) {
       const states = new Map<Region, Map<string, string>>();
       await Promise.all(
         reachable.map((region) => attempt(region, async () => states.set(region, await this.readAll(region, kind)))),
@@ -536,7 +567,10 @@ export class ControlPlane {
 
   private async readAll(region: Region, kind: Kind): Promise<Map<string, string>> {
     const [records, tombstones] = this.hashes(region, kind);
-    const [live, dead] = await Promise.all([region.ctx.redis.hgetall(records), region.ctx.redis.hgetall(tombstones)]);
+    const [live, dead] = await Promise.all([
+      region.ctx.redis.hgetall(records),
+      tombstones === undefined ? ({} as Record<string, string>) : region.ctx.redis.hgetall(tombstones),
+    ]);
     return new Map([...Object.entries(dead), ...Object.entries(live)]);
   }
 

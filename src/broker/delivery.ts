@@ -2,6 +2,7 @@ import { ApiError, failedPrecondition } from '../errors.ts';
 import { AckAndPublish, type AckAndPublishRequest } from './ack-and-publish.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
+import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import type { BrokerMetrics } from './metrics.ts';
 import { DeadLetters } from './dead-letters.ts';
@@ -26,6 +27,7 @@ export interface DeliveryOptions {
   /** Publishes whose packed bodies reach this many bytes stage them outside the script (publish.ts). */
   stageBodiesFromBytes: number;
   metrics: BrokerMetrics;
+  authorizer: Authorizer;
 }
 
 export interface PublishRequest {
@@ -65,6 +67,7 @@ export class DeliveryService {
   private readonly settlement: Settlement;
   private readonly ackAndPublish: AckAndPublish;
   private readonly settledListeners: ((settled: Settled) => void)[] = [];
+  private readonly authorizer: Authorizer;
 
   constructor(
     private readonly regions: Regions,
@@ -73,6 +76,7 @@ export class DeliveryService {
     options: DeliveryOptions,
   ) {
     const { metrics } = options;
+    this.authorizer = options.authorizer;
     this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes, metrics);
     this.settlement = new Settlement(regions, options.ackIds, metrics);
     const deadLetters = new DeadLetters(regions, topics, this.publisher, metrics);
@@ -100,12 +104,23 @@ export class DeliveryService {
     this.puller.close();
   }
 
-  publish(_caller: CallContext, topic: ResourceName, request: PublishRequest): Promise<{ messageIds: string[] }> {
+  async publish(caller: CallContext, topic: ResourceName, request: PublishRequest): Promise<{ messageIds: string[] }> {
+    await this.authorizer.require(caller, 'pubsub.topics.publish', topic.full);
     return this.publisher.publish(topic, request.messages);
+  }
+
+  /**
+   * Pulling, streaming and settling need the right to consume the subscription. Ack IDs need
+   * nothing more: they are bound to the subscription whose uid they carry (settlement.ts), so a
+   * caller allowed on one subscription cannot settle another's messages through it.
+   */
+  requireConsume(caller: CallContext, name: ResourceName): Promise<void> {
+    return this.authorizer.require(caller, 'pubsub.subscriptions.consume', name.full);
   }
 
   /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
   async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
+    await this.requireConsume(caller, name);
     const record = await this.readPullable(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
@@ -120,7 +135,8 @@ export class DeliveryService {
   }
 
   /** acknowledge, with its per-ack-ID results, for a front end that reports failures its own way. */
-  async acknowledgeEach(_caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
+  async acknowledgeEach(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
+    await this.requireConsume(caller, name);
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     return this.unlessDetached(name, this.acknowledgeDeliveries(record, request.ackIds));
@@ -131,10 +147,14 @@ export class DeliveryService {
    * effect, or (an ack ID that is not current) nothing is published (ack-and-publish.ts).
    */
   async acknowledgeAndPublish(
-    _caller: CallContext,
+    caller: CallContext,
     name: ResourceName,
     request: AckAndPublishRequest,
   ): Promise<{ messageIds: string[][] }> {
+    await this.requireConsume(caller, name);
+    for (const topic of new Set(request.publish.map((each) => each.topic.full))) {
+      await this.authorizer.require(caller, 'pubsub.topics.publish', topic);
+    }
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     return this.unlessDetached(name, this.ackAndPublish.run(record, request));
@@ -146,11 +166,12 @@ export class DeliveryService {
 
   /** modifyAckDeadline, with its per-ack-ID results (as acknowledgeEach). */
   async modifyAckDeadlineEach(
-    _caller: CallContext,
+    caller: CallContext,
     name: ResourceName,
     request: ModifyAckDeadlineRequest,
   ): Promise<SettleOutcome> {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
+    await this.requireConsume(caller, name);
     const record = await this.subscriptions.readForDelivery(name);
     await this.checkSubscribeRegion(record);
     return this.unlessDetached(name, this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds));

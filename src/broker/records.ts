@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { StoredPolicy } from './iam-policy.ts';
 import type { SubscriptionSettings } from './subscription-fields.ts';
 import type { TopicSettings } from './topic-fields.ts';
 
@@ -13,6 +14,7 @@ export interface TopicRecord extends TopicSettings {
   uid: string;
   /** Bumped by every change; the highest wins across regions (see control-plane.ts). Absent = 0. */
   version: number;
+  iamPolicy?: StoredPolicy;
 }
 
 /** A subscription as kept in the control plane: attached to the topic incarnation `topicUid`. */
@@ -28,6 +30,7 @@ export interface SubscriptionRecord extends SubscriptionSettings {
    * cannot be attached again; only deleting it ends it.
    */
   detached?: true;
+  iamPolicy?: StoredPolicy;
 }
 
 /**
@@ -45,6 +48,13 @@ export interface SnapshotRecord {
   labels?: Record<string, string>;
   /** The filter of the subscription it was made from: seeks of filtered subscriptions need the same. */
   filter?: string;
+  iamPolicy?: StoredPolicy;
+}
+
+/** A project's IAM policy as kept in the control plane (authorization.ts); `name` is `projects/<id>`. */
+export interface ProjectPolicyRecord extends StoredPolicy {
+  name: string;
+  version: number;
 }
 
 export interface Tombstone {
@@ -58,7 +68,7 @@ export interface Tombstone {
 }
 
 /** A name's state in one region: its record or its tombstone. */
-export type State = TopicRecord | SubscriptionRecord | SnapshotRecord | Tombstone;
+export type State = TopicRecord | SubscriptionRecord | SnapshotRecord | ProjectPolicyRecord | Tombstone;
 
 /** The tombstone that deletes a subscription or snapshot: it names the incarnation whose data is dropped. */
 export function dataOwnerTombstone(record: SubscriptionRecord | SnapshotRecord, version: number): Tombstone {

@@ -4,6 +4,7 @@ import { SEQS_PER_BLOCK, type SnapshotKeys } from '../redis/keys.ts';
 import { expireLog, seek } from '../redis/calls/retention.ts';
 import { longCallConnection } from '../redis/client.ts';
 import { Scripts } from '../redis/scripts.ts';
+import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import { parseTimestampUs } from './durations.ts';
 import { parseFilter } from './filter.ts';
@@ -42,6 +43,7 @@ export class ReplayService {
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
     private readonly snapshots: SnapshotService,
+    private readonly authorizer: Authorizer,
   ) {}
 
   /**
@@ -50,7 +52,7 @@ export class ReplayService {
    * snapshot of its topic (what the snapshot holds, and everything published after it, is
    * unacknowledged).
    */
-  async seek(_caller: CallContext, name: ResourceName, request: SeekRequest): Promise<void> {
+  async seek(caller: CallContext, name: ResourceName, request: SeekRequest): Promise<void> {
     const hasTime = request.time !== undefined && request.time !== '';
     const hasSnapshot = request.snapshot !== undefined && request.snapshot !== '';
     if (hasTime === hasSnapshot) {
@@ -58,6 +60,9 @@ export class ReplayService {
     }
     const targetUs = hasTime ? parseTimestampUs(request.time as string, 'time') : undefined;
     const snapshotName = hasSnapshot ? parseResourceName('snapshots', request.snapshot as string) : undefined;
+    // Pub/Sub's rule: consuming the subscription, and (to a snapshot) seeking with the snapshot.
+    await this.authorizer.require(caller, 'pubsub.subscriptions.consume', name.full);
+    if (snapshotName) await this.authorizer.require(caller, 'pubsub.snapshots.seek', snapshotName.full);
     const record = await this.subscriptions.readForDelivery(name);
     const snapshot = snapshotName && (await this.snapshotFor(record, snapshotName));
     const topic = await this.liveTopic(record);

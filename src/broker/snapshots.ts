@@ -3,6 +3,7 @@ import { markCleanup } from '../redis/calls/control-plane.ts';
 import { createSnapshot } from '../redis/calls/retention.ts';
 import { longCallConnection } from '../redis/client.ts';
 import { Scripts } from '../redis/scripts.ts';
+import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { formatTimestampUs, parseTimestampUs } from './durations.ts';
@@ -71,16 +72,19 @@ export class SnapshotService {
     private readonly controlPlane: ControlPlane,
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
+    private readonly authorizer: Authorizer,
   ) {}
 
-  async create(_caller: CallContext, name: ResourceName, request: CreateSnapshotRequest): Promise<Snapshot> {
+  async create(caller: CallContext, name: ResourceName, request: CreateSnapshotRequest): Promise<Snapshot> {
     checkBodyName(request.name, name);
     if (!request.subscription) throw invalidArgument('The snapshot needs a subscription (field "subscription").');
     if (request.tags && Object.keys(request.tags).length > 0) throw notImplemented('tags');
     const settings = settleAll(SNAPSHOT_FIELDS, { labels: request.labels }) as SnapshotSettings;
-    const subscription = await this.subscriptions.readForDelivery(
-      parseResourceName('subscriptions', request.subscription),
-    );
+    const subscriptionName = parseResourceName('subscriptions', request.subscription);
+    // Pub/Sub's rule: a grant on the project, and the right to consume the subscription.
+    await this.authorizer.require(caller, 'pubsub.snapshots.create', `projects/${name.project}`);
+    await this.authorizer.require(caller, 'pubsub.subscriptions.consume', subscriptionName.full);
+    const subscription = await this.subscriptions.readForDelivery(subscriptionName);
     // Refused before anything is captured (the create itself checks again).
     const current = await this.controlPlane.readState(this.regions.arbiter(), 'snapshot', name.full);
     if (current && !isTombstone(JSON.parse(current) as State)) throw alreadyExists(name.id);
@@ -166,12 +170,14 @@ export class SnapshotService {
     return (await ctx.redis.hvals(ctx.keys.snapshots)).map((json) => JSON.parse(json) as SnapshotRecord);
   }
 
-  async get(_caller: CallContext, name: ResourceName): Promise<Snapshot> {
+  async get(caller: CallContext, name: ResourceName): Promise<Snapshot> {
+    await this.authorizer.require(caller, 'pubsub.snapshots.get', name.full);
     const record = await this.read(name);
     return renderSnapshot(record, await this.topics.find(record.topic));
   }
 
-  async update(_caller: CallContext, name: ResourceName, request: UpdateSnapshotRequest): Promise<Snapshot> {
+  async update(caller: CallContext, name: ResourceName, request: UpdateSnapshotRequest): Promise<Snapshot> {
+    await this.authorizer.require(caller, 'pubsub.snapshots.update', name.full);
     checkBodyName(request.snapshot.name, name);
     checkUpdateMask(SNAPSHOT_FIELDS, request.updateMask, 'UpdateSnapshotRequest');
     this.regions.requireLocal();
@@ -182,7 +188,8 @@ export class SnapshotService {
   }
 
   /** Deletes the snapshot: what it held is let go in every region (control-plane.ts). */
-  async delete(_caller: CallContext, name: ResourceName): Promise<void> {
+  async delete(caller: CallContext, name: ResourceName): Promise<void> {
+    await this.authorizer.require(caller, 'pubsub.snapshots.delete', name.full);
     this.regions.requireLocal();
     await this.controlPlane.replace('snapshot', name, (record: SnapshotRecord, version) =>
       dataOwnerTombstone(record, version),
@@ -190,10 +197,11 @@ export class SnapshotService {
   }
 
   async list(
-    _caller: CallContext,
+    caller: CallContext,
     project: string,
     page: PageRequest,
   ): Promise<{ snapshots?: Snapshot[]; nextPageToken?: string }> {
+    await this.authorizer.require(caller, 'pubsub.snapshots.list', `projects/${project}`);
     const { keys, redis } = this.regions.requireLocal().ctx;
     const { names, nextPageToken } = await readNamePage(
       (min, max, count) => redis.zrangebylex(keys.snapshotIndex, min, max, 'LIMIT', 0, count),
@@ -210,10 +218,11 @@ export class SnapshotService {
 
   /** ListTopicSnapshots: the names of the topic's snapshots. */
   async listOfTopic(
-    _caller: CallContext,
+    caller: CallContext,
     topic: ResourceName,
     page: PageRequest,
   ): Promise<{ snapshots?: string[]; nextPageToken?: string }> {
+    await this.authorizer.require(caller, 'pubsub.topics.get', topic.full);
     const record = await this.topics.read(topic);
     const { redis, keys } = this.regions.local.ctx;
     const { names, nextPageToken } = await readNamePage(

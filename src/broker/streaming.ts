@@ -190,6 +190,7 @@ export class StreamingSession {
     clearTimeout(this.firstFrameTimer);
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
+    await this.delivery.requireConsume(this.caller, this.name);
     this.record = await this.delivery.readPullable(this.name);
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();

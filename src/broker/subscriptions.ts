@@ -1,4 +1,5 @@
 import { failedPrecondition, invalidArgument, notFound } from '../errors.ts';
+import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import { touchSubscription } from '../redis/calls/delivery.ts';
 import type { ControlPlane } from './control-plane.ts';
@@ -60,11 +61,12 @@ export class SubscriptionService {
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
     private readonly topics: TopicService,
+    private readonly authorizer: Authorizer,
     /** The hosts push endpoints may name (PUSH_ENDPOINT_HOSTS). */
     private readonly pushHosts: PushHosts = '*',
   ) {}
 
-  async create(_caller: CallContext, name: ResourceName, subscription: SubscriptionInput): Promise<Subscription> {
+  async create(caller: CallContext, name: ResourceName, subscription: SubscriptionInput): Promise<Subscription> {
     checkBodyName(subscription.name, name);
     if (!subscription.topic) throw invalidArgument('The subscription needs a topic (field "topic").');
     const topicName = parseResourceName('topics', subscription.topic);
@@ -72,6 +74,9 @@ export class SubscriptionService {
     const settings = settleAll(SUBSCRIPTION_FIELDS, subscription) as SubscriptionSettings;
     checkSubscriptionSettings(settings);
     checkPushHost(settings.pushConfig, this.pushHosts);
+    // Pub/Sub's rule: creating a subscription needs a grant on the project and one on the topic.
+    await this.authorizer.require(caller, 'pubsub.subscriptions.create', `projects/${name.project}`);
+    await this.authorizer.require(caller, 'pubsub.topics.attachSubscription', topicName.full);
     this.regions.requireLocal();
     await this.requireDeadLetterTopic(settings.deadLetterPolicy);
     let topic: TopicRecord | undefined;
@@ -83,10 +88,16 @@ export class SubscriptionService {
   }
 
   async read(name: ResourceName): Promise<SubscriptionRecord> {
+    const record = await this.find(name);
+    if (!record) throw notFound(name.id);
+    return record;
+  }
+
+  /** As read, but undefined when the subscription does not exist. */
+  private async find(name: ResourceName): Promise<SubscriptionRecord | undefined> {
     const { ctx } = this.regions.requireLocal();
     const json = await ctx.redis.hget(ctx.keys.subscriptions, name.full);
-    if (json === null) throw notFound(name.id);
-    return JSON.parse(json) as SubscriptionRecord;
+    return json === null ? undefined : (JSON.parse(json) as SubscriptionRecord);
   }
 
   /** Every subscription record this endpoint's region knows (background passes). */
@@ -109,14 +120,16 @@ export class SubscriptionService {
     return record;
   }
 
-  async get(_caller: CallContext, name: ResourceName): Promise<Subscription> {
+  async get(caller: CallContext, name: ResourceName): Promise<Subscription> {
+    await this.authorizer.require(caller, 'pubsub.subscriptions.get', name.full);
     const record = await this.read(name);
     return renderSubscription(record, await this.liveTopic(record.topic));
   }
 
-  async update(_caller: CallContext, name: ResourceName, request: UpdateSubscriptionRequest): Promise<Subscription> {
+  async update(caller: CallContext, name: ResourceName, request: UpdateSubscriptionRequest): Promise<Subscription> {
     checkBodyName(request.subscription.name, name);
     checkUpdateMask(SUBSCRIPTION_FIELDS, request.updateMask, 'UpdateSubscriptionRequest');
+    await this.authorizer.require(caller, 'pubsub.subscriptions.update', name.full);
     const updated = await this.replaceMasked(name, request);
     return renderSubscription(updated, await this.liveTopic(updated.topic));
   }
@@ -143,16 +156,19 @@ export class SubscriptionService {
    * backlog is dropped (control-plane.ts), and pulls, streams and acks on it fail from then on.
    * The record stays, marked `detached`; detaching it again changes nothing.
    */
-  async detach(_caller: CallContext, name: ResourceName): Promise<void> {
-    this.regions.requireLocal();
+  async detach(caller: CallContext, name: ResourceName): Promise<void> {
+    // Pub/Sub's rule: detaching is the topic's to allow (a subscription not found: the project's).
+    const topic = (await this.find(name))?.topic ?? `projects/${name.project}`;
+    await this.authorizer.require(caller, 'pubsub.topics.detachSubscription', topic);
     await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
       record.detached ? undefined : { ...record, version, detached: true },
     );
   }
 
   /** ModifyPushConfig: an update of `pushConfig` alone (`{}` switches to pull). */
-  async modifyPushConfig(_caller: CallContext, name: ResourceName, request: ModifyPushConfigRequest): Promise<void> {
+  async modifyPushConfig(caller: CallContext, name: ResourceName, request: ModifyPushConfigRequest): Promise<void> {
     if (!request.pushConfig) throw invalidArgument('The ModifyPushConfigRequest must set push_config.');
+    await this.authorizer.require(caller, 'pubsub.subscriptions.update', name.full);
     await this.replaceMasked(name, { subscription: { pushConfig: request.pushConfig }, updateMask: ['pushConfig'] });
   }
 
@@ -161,7 +177,8 @@ export class SubscriptionService {
     if (policy) await this.topics.read(parseResourceName('topics', policy.deadLetterTopic));
   }
 
-  async delete(_caller: CallContext, name: ResourceName): Promise<void> {
+  async delete(caller: CallContext, name: ResourceName): Promise<void> {
+    await this.authorizer.require(caller, 'pubsub.subscriptions.delete', name.full);
     this.regions.requireLocal();
     await this.controlPlane.replace('subscription', name, (record: SubscriptionRecord, version) =>
       dataOwnerTombstone(record, version),
@@ -193,10 +210,11 @@ export class SubscriptionService {
   }
 
   async list(
-    _caller: CallContext,
+    caller: CallContext,
     project: string,
     page: PageRequest,
   ): Promise<{ subscriptions?: Subscription[]; nextPageToken?: string }> {
+    await this.authorizer.require(caller, 'pubsub.subscriptions.list', `projects/${project}`);
     const { keys, redis } = this.regions.requireLocal().ctx;
     const { names, nextPageToken } = await readNamePage(
       (min, max, count) => redis.zrangebylex(keys.subscriptionIndex, min, max, 'LIMIT', 0, count),

@@ -1,4 +1,5 @@
 import { invalidArgument, notFound } from '../errors.ts';
+import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
@@ -27,10 +28,12 @@ export class TopicService {
   constructor(
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
+    private readonly authorizer: Authorizer,
   ) {}
 
-  async create(_caller: CallContext, name: ResourceName, topic: TopicInput): Promise<Topic> {
+  async create(caller: CallContext, name: ResourceName, topic: TopicInput): Promise<Topic> {
     checkBodyName(topic.name, name);
+    await this.authorizer.require(caller, 'pubsub.topics.create', `projects/${name.project}`);
     refuseUnimplemented(TOPIC_FIELDS, topic);
     const settings = this.checkRegions(settleAll(TOPIC_FIELDS, topic));
     this.regions.requireLocal();
@@ -43,7 +46,8 @@ export class TopicService {
     return renderTopic(record);
   }
 
-  async get(_caller: CallContext, name: ResourceName): Promise<Topic> {
+  async get(caller: CallContext, name: ResourceName): Promise<Topic> {
+    await this.authorizer.require(caller, 'pubsub.topics.get', name.full);
     return renderTopic(await this.read(name));
   }
 
@@ -75,9 +79,10 @@ export class TopicService {
     return (await ctx.redis.hvals(ctx.keys.topics)).map((json) => JSON.parse(json) as TopicRecord);
   }
 
-  async update(_caller: CallContext, name: ResourceName, request: UpdateTopicRequest): Promise<Topic> {
+  async update(caller: CallContext, name: ResourceName, request: UpdateTopicRequest): Promise<Topic> {
     checkBodyName(request.topic.name, name);
     checkUpdateMask(TOPIC_FIELDS, request.updateMask, 'UpdateTopicRequest');
+    await this.authorizer.require(caller, 'pubsub.topics.update', name.full);
     this.regions.requireLocal();
     const updated = await this.controlPlane.replace('topic', name, (record: TopicRecord, version) =>
       this.checkRegions(settleMasked(TOPIC_FIELDS, { ...record, version }, request.updateMask, request.topic)),
@@ -85,7 +90,8 @@ export class TopicService {
     return renderTopic(updated);
   }
 
-  async delete(_caller: CallContext, name: ResourceName): Promise<void> {
+  async delete(caller: CallContext, name: ResourceName): Promise<void> {
+    await this.authorizer.require(caller, 'pubsub.topics.delete', name.full);
     this.regions.requireLocal();
     await this.controlPlane.replace(
       'topic',
@@ -95,10 +101,11 @@ export class TopicService {
   }
 
   async list(
-    _caller: CallContext,
+    caller: CallContext,
     project: string,
     page: PageRequest,
   ): Promise<{ topics?: Topic[]; nextPageToken?: string }> {
+    await this.authorizer.require(caller, 'pubsub.topics.list', `projects/${project}`);
     const { ctx } = this.regions.requireLocal();
     const { names, nextPageToken } = await readNamePage(
       (min, max, count) => ctx.redis.zrangebylex(ctx.keys.topicIndex, min, max, 'LIMIT', 0, count),
@@ -111,10 +118,11 @@ export class TopicService {
   }
 
   async listSubscriptions(
-    _caller: CallContext,
+    caller: CallContext,
     name: ResourceName,
     page: PageRequest,
   ): Promise<{ subscriptions?: string[]; nextPageToken?: string }> {
+    await this.authorizer.require(caller, 'pubsub.topics.get', name.full);
     const record = await this.read(name);
     const { ctx } = this.regions.local;
     const { names, nextPageToken } = await readNamePage(

@@ -5,14 +5,15 @@ import type { Authentication } from '../auth/authentication.ts';
 import type { Broker } from '../broker/broker.ts';
 import { PUBLISH_BODY_LIMIT } from '../../routes/limits.ts';
 import type { GrpcLog } from './calls.ts';
-import { packageDefinition, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE } from './protos.ts';
+import { iamPolicyService } from './iam.ts';
+import { IAM_POLICY_SERVICE, packageDefinition, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE } from './protos.ts';
 import { publisherService } from './publisher.ts';
 import { subscriberService } from './subscriber.ts';
 
 /**
- * The gRPC front end: google.pubsub.v1 Publisher and Subscriber (and server reflection, for
- * grpcurl) over a broker. It does not listen: connections are handed to it (one-port.ts shares
- * the HTTP port with it).
+ * The gRPC front end: google.pubsub.v1 Publisher and Subscriber, and google.iam.v1.IAMPolicy
+ * (and server reflection, for grpcurl) over a broker. It does not listen: connections are handed
+ * to it (one-port.ts shares the HTTP port with it).
  */
 export interface GrpcFrontEnd {
   injectConnection(socket: Socket): void;
@@ -31,8 +32,9 @@ export function createGrpcFrontEnd(broker: Broker, log: GrpcLog, authentication?
   const services = { broker, log, authentication };
   server.addService(PUBLISHER_SERVICE, publisherService(services));
   server.addService(SUBSCRIBER_SERVICE, subscriberService(services));
+  server.addService(IAM_POLICY_SERVICE, iamPolicyService(services));
   new ReflectionService(packageDefinition, {
-    services: ['google.pubsub.v1.Publisher', 'google.pubsub.v1.Subscriber'],
+    services: ['google.pubsub.v1.Publisher', 'google.pubsub.v1.Subscriber', 'google.iam.v1.IAMPolicy'],
   }).addToServer(server);
   const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
   let closing = false;

@@ -7,7 +7,7 @@ import { packagePath } from '../paths.ts';
 import { receivedMessagesProto } from './received-proto.ts';
 
 /**
- * The google.pubsub.v1 services as the gRPC front end serves them, from the vendored protos
+ * The google.pubsub.v1 services (and google.iam.v1.IAMPolicy) as the gRPC front end serves them, from the vendored protos
  * (proto/README.md). Messages are plain objects: fields in lowerCamelCase, int64 as strings,
  * enums by name, bytes as Buffers, and a field that is not set is absent (proto3's zero values
  * are not filled in), which is how the broker services' inputs leave a field out.
@@ -22,15 +22,24 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 };
 
 export const packageDefinition = protoLoader.loadSync(
-  ['google/pubsub/v1/pubsub.proto', 'google/rpc/status.proto', 'google/rpc/error_details.proto'],
+  [
+    'google/pubsub/v1/pubsub.proto',
+    'google/iam/v1/iam_policy.proto',
+    'google/rpc/status.proto',
+    'google/rpc/error_details.proto',
+  ],
   LOADER_OPTIONS,
 );
 
-interface PubsubPackage {
-  google: { pubsub: { v1: Record<'Publisher' | 'Subscriber', grpc.ServiceClientConstructor> } };
+interface GooglePackages {
+  google: {
+    pubsub: { v1: Record<'Publisher' | 'Subscriber', grpc.ServiceClientConstructor> };
+    iam: { v1: Record<'IAMPolicy', grpc.ServiceClientConstructor> };
+  };
 }
 
-const pubsub = (grpc.loadPackageDefinition(packageDefinition) as unknown as PubsubPackage).google.pubsub.v1;
+const { google } = grpc.loadPackageDefinition(packageDefinition) as unknown as GooglePackages;
+const pubsub = google.pubsub.v1;
 
 /**
  * The same protos as protobufjs types, for the fields of a StreamingPullResponse besides its
@@ -61,7 +70,7 @@ export class UndecodableRequest {
   constructor(readonly message: string) {}
 }
 
-function decodingSafely(service: grpc.ServiceDefinition): grpc.ServiceDefinition {
+function decodingSafely(service: grpc.ServiceDefinition, protoPackage = 'google.pubsub.v1'): grpc.ServiceDefinition {
   return Object.fromEntries(
     Object.entries(service).map(([name, method]) => {
       const decode = method.requestDeserialize;
@@ -70,7 +79,7 @@ function decodingSafely(service: grpc.ServiceDefinition): grpc.ServiceDefinition
         try {
           return decode(bytes);
         } catch {
-          return new UndecodableRequest(`Invalid request: the bytes are not a google.pubsub.v1.${type} message.`);
+          return new UndecodableRequest(`Invalid request: the bytes are not a ${protoPackage}.${type} message.`);
         }
       };
       return [name, { ...method, requestDeserialize }];
@@ -81,6 +90,7 @@ function decodingSafely(service: grpc.ServiceDefinition): grpc.ServiceDefinition
 const subscriber = pubsub.Subscriber.service;
 
 export const PUBLISHER_SERVICE = decodingSafely(pubsub.Publisher.service);
+export const IAM_POLICY_SERVICE = decodingSafely(google.iam.v1.IAMPolicy.service, 'google.iam.v1');
 export const SUBSCRIBER_SERVICE: grpc.ServiceDefinition = decodingSafely({
   ...subscriber,
   Pull: {

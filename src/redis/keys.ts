@@ -66,6 +66,10 @@ export class Keys {
   get snapshotTombstones(): string {
     return this.meta('snapshot-tombstones');
   }
+  /** Project IAM policies: `projects/<id>` -> JSON {name, version, bindings, etag} (authorization.ts). */
+  get projectPolicies(): string {
+    return this.meta('project-policies');
+  }
   /** The names of the snapshots of one topic incarnation (ListTopicSnapshots). */
   topicSnapshots(topicUid: string): string {
     return this.meta(`topic-snapshots:${topicUid}`);

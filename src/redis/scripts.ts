@@ -31,6 +31,7 @@ export const SCRIPT_NAMES = [
   'delete-topic-data',
   'put-topic',
   'put-data-owner',
+  'put-project-policy',
   'mark-cleanup',
   'finish-cleanup',
   'seek',

@@ -261,3 +261,49 @@ t.test('gcloud makes, lists, describes and deletes a snapshot, and seeks to it',
     'a deleted snapshot is no seek target',
   );
 });
+
+t.test('gcloud reads and changes IAM policies of topics and subscriptions', { skip: !installed }, async (t) => {
+  const { gcloud, refusal } = await openGcloud(t);
+  await gcloud('topics', 'create', 'guarded');
+  await gcloud('subscriptions', 'create', 'guarded-sub', '--topic=guarded');
+  t.match(await gcloud('topics', 'get-iam-policy', 'guarded'), { etag: 'ACAB' }, 'a topic without a policy');
+  const added = await gcloud(
+    'topics',
+    'add-iam-policy-binding',
+    'guarded',
+    '--member=serviceAccount:shop@p.iam.gserviceaccount.com',
+    '--role=roles/pubsub.publisher',
+  );
+  t.match(
+    added,
+    { bindings: [{ role: 'roles/pubsub.publisher', members: ['serviceAccount:shop@p.iam.gserviceaccount.com'] }] },
+    'add-iam-policy-binding reads the policy, adds the binding and writes it back',
+  );
+  t.same(await gcloud('topics', 'get-iam-policy', 'guarded'), added, 'get-iam-policy shows it');
+  await gcloud(
+    'subscriptions',
+    'add-iam-policy-binding',
+    'guarded-sub',
+    '--member=user:alice@example.com',
+    '--role=roles/pubsub.subscriber',
+  );
+  const removed = await gcloud(
+    'subscriptions',
+    'remove-iam-policy-binding',
+    'guarded-sub',
+    '--member=user:alice@example.com',
+    '--role=roles/pubsub.subscriber',
+  );
+  t.same(removed.bindings ?? [], [], 'remove-iam-policy-binding takes it away');
+  t.match(
+    await refusal(
+      'topics',
+      'add-iam-policy-binding',
+      'guarded',
+      '--member=group:x@example.com',
+      '--role=roles/pubsub.viewer',
+    ),
+    /INVALID_ARGUMENT[\s\S]*groups and domains are not supported/,
+    'a group is refused, saying why',
+  );
+});

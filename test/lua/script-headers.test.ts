@@ -33,6 +33,7 @@ import {
   finishCleanup,
   markCleanup,
   putDataOwner,
+  putProjectPolicy,
   putTopic,
 } from '../../src/redis/calls/control-plane.ts';
 import {
@@ -471,6 +472,11 @@ const wrapperCases: WrapperCase[] = [
     what: 'put-data-owner',
     reply: [codes.REPLY_OK, ''],
     call: (scripts) => putDataOwner(scripts, keys, 'snapshot', '0123456789abcdef', { ...put, time }),
+  },
+  {
+    what: 'put-project-policy',
+    reply: [codes.REPLY_OK, ''],
+    call: (scripts) => putProjectPolicy(scripts, keys, put),
   },
   {
     what: 'mark-cleanup',

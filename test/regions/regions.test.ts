@@ -511,4 +511,30 @@ t.test('regions', async (t) => {
     await d.brokers.get('a')!.app.broker.controlPlane.requestSync();
     t.equal((await d.api('c', 'GET', topicPath('healed'))).status, 200, 'a sync by any node restores it');
   });
+
+  t.test('IAM policies are global: set through one region, read through every other, healed by the sync', async (t) => {
+    await d.api('a', 'PUT', topicPath('guarded'), {});
+    const policy = { bindings: [{ role: 'roles/pubsub.publisher', members: ['user:alice@example.com'] }] };
+    const onTopic = await d.api('b', 'POST', `${topicPath('guarded')}:setIamPolicy`, { policy });
+    const onProject = await d.api('c', 'POST', '/v1/projects/p:setIamPolicy', { policy: { bindings: [] } });
+    t.equal(onTopic.status, 200);
+    for (const region of ['a', 'b', 'c']) {
+      t.same(
+        (await d.api(region, 'GET', `${topicPath('guarded')}:getIamPolicy`)).body,
+        onTopic.body,
+        `topic policy through ${region}`,
+      );
+      t.same(
+        (await d.api(region, 'GET', '/v1/projects/p:getIamPolicy')).body,
+        onProject.body,
+        `project policy through ${region}`,
+      );
+    }
+    // A project policy write that missed region c (a partition) reaches it with the next sync.
+    const c = d.brokers.get('c')!.app.broker;
+    await c.ctx.redis.hdel(c.ctx.keys.projectPolicies, 'projects/p');
+    t.same((await d.api('c', 'GET', '/v1/projects/p:getIamPolicy')).body, { version: 1, etag: 'ACAB' }, 'c lost it');
+    await d.brokers.get('a')!.app.broker.controlPlane.requestSync();
+    t.same((await d.api('c', 'GET', '/v1/projects/p:getIamPolicy')).body, onProject.body, 'the sync restores it');
+  });
 });

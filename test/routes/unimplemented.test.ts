@@ -26,17 +26,11 @@ const METHODS: [string, string, string][] = [
   ['POST', '/v1/projects/{project}/schemas/{schema}:commit', 'SchemaService.CommitSchema'],
   ['POST', '/v1/projects/{project}/schemas/{schema}:rollback', 'SchemaService.RollbackSchema'],
   ['DELETE', '/v1/projects/{project}/schemas/{schema}:deleteRevision', 'SchemaService.DeleteSchemaRevision'],
-  ...[
-    '/v1/projects/{project}/topics/{topic}',
-    '/v1/projects/{project}/subscriptions/{subscription}',
-    '/v1/projects/{project}/snapshots/{snapshot}',
-    '/v1/projects/{project}/schemas/{schema}',
-  ].flatMap((resource): [string, string, string][] => [
-    ['GET', `${resource}:getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
-    ['POST', `${resource}:getIamPolicy`, 'IAMPolicy.GetIamPolicy'],
-    ['POST', `${resource}:setIamPolicy`, 'IAMPolicy.SetIamPolicy'],
-    ['POST', `${resource}:testIamPermissions`, 'IAMPolicy.TestIamPermissions'],
-  ]),
+  // The IAM methods of schemas (those of the other resources are served: test/auth/authorization.test.ts).
+  ['GET', '/v1/projects/{project}/schemas/{schema}:getIamPolicy', 'IAMPolicy.GetIamPolicy'],
+  ['POST', '/v1/projects/{project}/schemas/{schema}:getIamPolicy', 'IAMPolicy.GetIamPolicy'],
+  ['POST', '/v1/projects/{project}/schemas/{schema}:setIamPolicy', 'IAMPolicy.SetIamPolicy'],
+  ['POST', '/v1/projects/{project}/schemas/{schema}:testIamPermissions', 'IAMPolicy.TestIamPermissions'],
 ];
 
 const unimplementedMethod = (method: string, path: string, rpc: string) =>

@@ -71,6 +71,16 @@ export async function putDataOwner(
   return putResult('put-data-owner', reply as [number, string]);
 }
 
+/** Writes a project's IAM policy (`put.tombstone` is ignored: a policy is never deleted). */
+export async function putProjectPolicy(scripts: Scripts, keys: Keys, put: PutStateCall): Promise<PutStateResult> {
+  const reply = await scripts.run(
+    'put-project-policy',
+    [keys.projectPolicies],
+    [put.mode, put.expected, put.name, put.json, put.version],
+  );
+  return putResult('put-project-policy', reply as [number, string]);
+}
+
 export interface AttachCall {
   time: ScriptTime;
   subscriptionUid: string;
