@@ -2,167 +2,38 @@
 // Pub/Sub, granted on the project by IAM_POLICY_FILE → allowed or refused (403
 // PERMISSION_DENIED, nothing changed); grants on one topic, subscription or snapshot reach that
 // resource alone; the WebSocket upgrade; :testIamPermissions answers; ack IDs stay bound to their
-// subscription. The roles' permissions are written out here from Pub/Sub's documentation, not
-// taken from the broker. Standalone Redis.
+// subscription; the policy file. Standalone Redis. The gRPC front end's matrix is in
+// test/grpc/authorization.test.ts.
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { FastifyInstance } from 'fastify';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { tokenAuthentication } from '../helpers/auth.ts';
+import {
+  type Api,
+  authorizingBroker,
+  type Fixture,
+  fixture,
+  holds,
+  P,
+  PRINCIPALS,
+  principal,
+  ROLE_PERMISSIONS,
+  snapshotName,
+  snapshotPath,
+  subName,
+  subPath,
+  token,
+  topicName,
+  topicPath,
+  type Who,
+} from '../helpers/iam.ts';
 import { tempDir } from '../helpers/processes.ts';
 import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
 
-const P = 'authz';
 const OTHER = 'authz-other';
-
-/** Pub/Sub's roles and their permissions (https://cloud.google.com/pubsub/docs/access-control), schemas aside. */
-const ROLE_PERMISSIONS: Record<string, string[]> = {
-  'roles/pubsub.admin': [
-    'pubsub.topics.attachSubscription',
-    'pubsub.topics.create',
-    'pubsub.topics.delete',
-    'pubsub.topics.detachSubscription',
-    'pubsub.topics.get',
-    'pubsub.topics.getIamPolicy',
-    'pubsub.topics.list',
-    'pubsub.topics.publish',
-    'pubsub.topics.setIamPolicy',
-    'pubsub.topics.update',
-    'pubsub.subscriptions.consume',
-    'pubsub.subscriptions.create',
-    'pubsub.subscriptions.delete',
-    'pubsub.subscriptions.get',
-    'pubsub.subscriptions.getIamPolicy',
-    'pubsub.subscriptions.list',
-    'pubsub.subscriptions.setIamPolicy',
-    'pubsub.subscriptions.update',
-    'pubsub.snapshots.create',
-    'pubsub.snapshots.delete',
-    'pubsub.snapshots.get',
-    'pubsub.snapshots.getIamPolicy',
-    'pubsub.snapshots.list',
-    'pubsub.snapshots.seek',
-    'pubsub.snapshots.setIamPolicy',
-    'pubsub.snapshots.update',
-    'resourcemanager.projects.getIamPolicy',
-    'resourcemanager.projects.setIamPolicy',
-  ],
-  'roles/pubsub.editor': [
-    'pubsub.topics.attachSubscription',
-    'pubsub.topics.create',
-    'pubsub.topics.delete',
-    'pubsub.topics.detachSubscription',
-    'pubsub.topics.get',
-    'pubsub.topics.list',
-    'pubsub.topics.publish',
-    'pubsub.topics.update',
-    'pubsub.subscriptions.consume',
-    'pubsub.subscriptions.create',
-    'pubsub.subscriptions.delete',
-    'pubsub.subscriptions.get',
-    'pubsub.subscriptions.list',
-    'pubsub.subscriptions.update',
-    'pubsub.snapshots.create',
-    'pubsub.snapshots.delete',
-    'pubsub.snapshots.get',
-    'pubsub.snapshots.list',
-    'pubsub.snapshots.seek',
-    'pubsub.snapshots.update',
-  ],
-  'roles/pubsub.publisher': ['pubsub.topics.publish'],
-  'roles/pubsub.subscriber': [
-    'pubsub.snapshots.seek',
-    'pubsub.subscriptions.consume',
-    'pubsub.topics.attachSubscription',
-  ],
-  'roles/pubsub.viewer': [
-    'pubsub.snapshots.get',
-    'pubsub.snapshots.list',
-    'pubsub.subscriptions.get',
-    'pubsub.subscriptions.list',
-    'pubsub.topics.get',
-    'pubsub.topics.list',
-  ],
-};
-
-/** One principal per role, plus one with no grant on the project at all. */
-const PRINCIPALS = {
-  admin: 'roles/pubsub.admin',
-  editor: 'roles/pubsub.editor',
-  publisher: 'roles/pubsub.publisher',
-  subscriber: 'roles/pubsub.subscriber',
-  viewer: 'roles/pubsub.viewer',
-  nobody: undefined,
-} as const;
-type Who = keyof typeof PRINCIPALS;
-const principal = (who: string) => `user:${who}@example.com`;
-const token = (who: string) => `${who}-token-0123456789`;
-
-type Api = (who: string, method: string, url: string, body?: unknown) => Promise<{ status: number; body: any }>;
-
-/** A broker authenticating the principals above by token, with their roles on project P from IAM_POLICY_FILE. */
-async function authorizingBroker(t: Test): Promise<{ app: FastifyInstance; api: Api }> {
-  const who = [...Object.keys(PRINCIPALS), 'grantee', 'stranger'];
-  const policyFile = join(tempDir(t, 'iam'), 'policy.json');
-  const bindings = Object.entries(PRINCIPALS)
-    .filter(([, role]) => role !== undefined)
-    .map(([name, role]) => ({ role, members: [principal(name)] }));
-  writeFileSync(policyFile, JSON.stringify({ [P]: { bindings } }));
-  const authentication = tokenAuthentication(t, {
-    text: who.map((name) => `${principal(name)} ${token(name)}`).join('\n'),
-    env: { IAM_POLICY_FILE: policyFile },
-  });
-  const redis = redisTargets()[0].connect();
-  const app = await buildApp({ redis, keyPrefix: uniquePrefix('authz'), authentication, pullWaitMs: 50, grpc: false });
-  t.teardown(async () => {
-    await app.close();
-    redis.disconnect();
-  });
-  const api: Api = async (name, method, url, body) => {
-    const response = await app.inject({
-      method: method as 'GET',
-      url,
-      headers: {
-        authorization: `Bearer ${token(name)}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { payload: body as object }),
-    });
-    return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : undefined };
-  };
-  return { app, api };
-}
-
-const topicPath = (id: string) => `/v1/projects/${P}/topics/${id}`;
-const subPath = (id: string) => `/v1/projects/${P}/subscriptions/${id}`;
-const snapshotPath = (id: string) => `/v1/projects/${P}/snapshots/${id}`;
-const topicName = (id: string) => `projects/${P}/topics/${id}`;
-const subName = (id: string) => `projects/${P}/subscriptions/${id}`;
-const snapshotName = (id: string) => `projects/${P}/snapshots/${id}`;
-
-let unique = 0;
-
-/** Fresh resources, made by the admin, for one case: a topic with a message, a subscription holding it leased, a snapshot. */
-async function fixture(api: Api) {
-  const n = ++unique;
-  const ids = { topic: `topic-${n}`, sub: `sub-${n}`, snapshot: `snap-${n}`, spare: `spare-${n}` };
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const { status, body: answer } = await api('admin', method, url, body);
-    if (status !== 200) throw new Error(`${method} ${url}: ${status} ${JSON.stringify(answer)}`);
-    return answer;
-  };
-  await ok('PUT', topicPath(ids.topic), {});
-  await ok('PUT', subPath(ids.sub), { topic: topicName(ids.topic) });
-  await ok('POST', `${topicPath(ids.topic)}:publish`, { messages: [{ data: 'aGk=' }] });
-  const pulled = await ok('POST', `${subPath(ids.sub)}:pull`, { maxMessages: 1 });
-  await ok('PUT', snapshotPath(ids.snapshot), { subscription: subName(ids.sub) });
-  const [received] = pulled.receivedMessages;
-  return { ...ids, ackId: received.ackId as string, messageId: received.message.messageId as string };
-}
-type Fixture = Awaited<ReturnType<typeof fixture>>;
 
 interface Case {
   what: string;
@@ -309,11 +180,6 @@ const CASES: Case[] = [
   },
 ];
 
-const holds = (who: Who, permission: string) => {
-  const role = PRINCIPALS[who];
-  return role !== undefined && ROLE_PERMISSIONS[role].includes(permission);
-};
-
 t.test('every route × each role: allowed exactly when the role grants every permission the call needs', async (t) => {
   const { api } = await authorizingBroker(t);
   for (const testCase of CASES) {
@@ -387,6 +253,20 @@ t.test('grants on one resource reach that resource alone', async (t) => {
   );
   t.equal((await api('grantee', 'GET', snapshotPath(other.snapshot))).status, 403, 'not another snapshot');
   t.equal((await api('grantee', 'GET', topicPath(granted.topic))).status, 403, 'publisher does not grant get');
+  const seekTo = (snapshot: string) =>
+    api('grantee', 'POST', `${subPath(granted.sub)}:seek`, { snapshot: snapshotName(snapshot) });
+  t.equal(
+    (await seekTo(granted.snapshot)).status,
+    403,
+    'consuming is not enough to seek to a snapshot it may only view',
+  );
+  await grant(snapshotPath(other.snapshot), 'roles/pubsub.subscriber');
+  const ofAnotherTopic = await seekTo(other.snapshot);
+  t.equal(
+    ofAnotherTopic.status,
+    400,
+    'with seek on the snapshot, the seek is judged (here: the snapshot is of another topic)',
+  );
   t.equal((await api('grantee', 'GET', `/v1/projects/${P}/topics`)).status, 403, 'no listing without a project grant');
   // A resource grant says nothing about another project.
   t.equal(
@@ -542,6 +422,8 @@ t.test('setIamPolicy: etag concurrency and bad policies change nothing', async (
   t.same(bindingsOnly.body.bindings, undefined, 'the bindings were replaced');
 });
 
+let created = 0;
+
 t.test('the policy file: reloaded when it changes, refused when malformed or without authentication', async (t) => {
   const policyFile = join(tempDir(t, 'iam-reload'), 'policy.json');
   const grant = (role: string) =>
@@ -561,7 +443,7 @@ t.test('the policy file: reloaded when it changes, refused when malformed or wit
     (
       await app.inject({
         method: 'PUT',
-        url: `/v1/projects/any-project/topics/reloaded-${++unique}`,
+        url: `/v1/projects/any-project/topics/reloaded-${++created}`,
         headers: { authorization: `Bearer ${token('stranger')}` },
       })
     ).statusCode;
