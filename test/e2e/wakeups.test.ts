@@ -109,18 +109,20 @@ t.test('leases that run out reach waiting long polls without a publish, one afte
  */
 function openStream(broker: TestBroker, maxOutstandingMessages: number, ackDelayMs: () => number | undefined) {
   const received: string[] = [];
+  const ackIds: string[] = [];
   let acked = 0;
   const session = broker.app.broker.streams.open(caller(), WORK, {
     send(response: StreamingPullResponse) {
       const messages = response.receivedMessages ?? [];
       if (messages.length === 0) return true;
       received.push(...messages.map(textOf));
-      const ackIds = messages.map((message) => message.ackId);
+      const batch = messages.map((message) => message.ackId);
+      ackIds.push(...batch);
       const delayMs = ackDelayMs();
       if (delayMs === undefined) return true;
       setTimeout(() => {
-        session.receive(() => ({ ackIds }));
-        acked += ackIds.length;
+        session.receive(() => ({ ackIds: batch }));
+        acked += batch.length;
       }, delayMs);
       return true;
     },
@@ -129,6 +131,7 @@ function openStream(broker: TestBroker, maxOutstandingMessages: number, ackDelay
   session.receive(() => ({ streamAckDeadlineSeconds: 60, maxOutstandingMessages }));
   return {
     received,
+    ackIds,
     acked: () => acked,
     close: () => broker.app.broker.streams.closed(session),
   };
@@ -151,6 +154,24 @@ t.test('a stream whose flow control fills passes the wake-up on to the next stre
   const received = () => streams.flatMap((stream) => stream.received);
   t.ok(await waitUntil(() => received().length === 3, 15_000), 'three streams get one message each');
   t.same(received().sort(), ['x', 'y', 'z'], 'each message once');
+});
+
+t.test('one unary ack of what several streams delivered frees room on each of them', async (t) => {
+  // Official clients ack with unary calls: each stream learns of its own part of the ack.
+  const broker = await workBroker(t, 'wakeups-unary-ack', { ackDeadlineSeconds: 60 });
+  const streams = Array.from({ length: 3 }, () => openStream(broker, 1, () => undefined));
+  t.teardown(() => {
+    for (const stream of streams) stream.close();
+  });
+  await publish(broker, ['a', 'b', 'c']);
+  t.ok(await waitUntil(() => streams.every((stream) => stream.received.length === 1), 10_000), 'one each');
+  await publish(broker, ['d', 'e', 'f']);
+  await broker.app.broker.delivery.acknowledge(caller(), WORK, { ackIds: streams.map((stream) => stream.ackIds[0]) });
+  t.ok(
+    await waitUntil(() => streams.every((stream) => stream.received.length === 2), 10_000),
+    'each stream gets one more',
+  );
+  t.same(streams.flatMap((stream) => stream.received).sort(), ['a', 'b', 'c', 'd', 'e', 'f'], 'each message once');
 });
 
 t.test('many streams with random flow control: every message once, every stream served', async (t) => {
