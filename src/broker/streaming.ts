@@ -389,7 +389,12 @@ export class StreamingSession {
         }
       } else {
         if (nextDueUs !== undefined) waiter.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
-        await this.nap.sleep(undefined, waiter.woken);
+        // Asleep until a wake-up or a close. Room that acks free meanwhile needs no new look: this
+        // look left nothing to lease, and whatever becomes available wakes a waiter (the room
+        // this waiter was armed with only understates what it takes, so no fewer are woken).
+        let woken = false;
+        void waiter.woken.then(() => (woken = true));
+        while (!woken && !this.closed) await this.nap.sleep(undefined, waiter.woken);
       }
     } finally {
       // Woken (during the look, which may have missed what the wake-up announced, or asleep).
