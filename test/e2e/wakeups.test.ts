@@ -174,6 +174,24 @@ t.test('one unary ack of what several streams delivered frees room on each of th
   t.same(streams.flatMap((stream) => stream.received).sort(), ['a', 'b', 'c', 'd', 'e', 'f'], 'each message once');
 });
 
+t.test('an idle stream whose acks free room does not look again for nothing', async (t) => {
+  const broker = await workBroker(t, 'wakeups-idle-ack', { ackDeadlineSeconds: 60 });
+  const watch = watchScripts();
+  t.teardown(watch.stop);
+  // Room for ten: one message leaves it with room, asleep on its wake-up, when the ack comes.
+  const stream = openStream(broker, 10, () => undefined);
+  t.teardown(() => stream.close());
+  await publish(broker, ['only']);
+  t.ok(await waitUntil(() => stream.received.length === 1, 10_000), 'the stream gets the message');
+  await sleep(200);
+  const before = pullScripts(watch.scripts);
+  await broker.app.broker.delivery.acknowledge(caller(), WORK, { ackIds: stream.ackIds });
+  await sleep(300);
+  t.equal(pullScripts(watch.scripts) - before, 0, 'no pull script after the ack');
+  await publish(broker, ['next']);
+  t.ok(await waitUntil(() => stream.received.length === 2, 10_000), 'and it still gets what comes next');
+});
+
 t.test('many streams with random flow control: every message once, every stream served', async (t) => {
   const random = randomFromEnv(t);
   const broker = await workBroker(t, 'wakeups-streams', { ackDeadlineSeconds: 60 });
