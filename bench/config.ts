@@ -8,13 +8,17 @@
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
  *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled,
- *                           outbox, backlog, metrics, auth (default all)
+ *                           outbox, backlog, metrics, auth, waiters (default all)
  *   BENCH_BACKLOG_MESSAGES  the large backlog the backlog pages are read from (default 1000000)
  *   BENCH_METRICS_SUBSCRIPTIONS  subscriptions of the metrics workload (default 10000)
  *   BENCH_METRICS_TOPICS    the topics they are spread over (default 100)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
+ *   BENCH_WAITERS_MESSAGES  messages of each streaming run of the waiters workload (default 20000)
+ *   BENCH_WAITERS_STREAMS   connected streams of its largest streaming run (default 1000)
+ *   BENCH_WAITERS_POLLS     waiting long polls of its one-message publishes (default 1000)
+ *   BENCH_WAITERS_ROUNDS    one-message publishes per long-poll run (default 20)
  *   BENCH_LATENCY_RATE      messages/s of the paced latency run (default 5000)
  *   BENCH_LATENCY_SECONDS   its length (default 10)
  *   BENCH_LATENCY_BATCH     messages per publish request in it (default 10)
@@ -56,6 +60,7 @@ export const WORKLOAD_NAMES = [
   'backlog',
   'metrics',
   'auth',
+  'waiters',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
@@ -68,6 +73,10 @@ export interface BenchConfig {
   orderingKeys: number;
   streamSubscribers: number;
   streamMaxOutstanding: number;
+  waitersMessages: number;
+  waitersStreams: number;
+  waitersPolls: number;
+  waitersRounds: number;
   latencyRate: number;
   latencySeconds: number;
   latencyBatch: number;
@@ -120,6 +129,10 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     orderingKeys: positiveInt(env, 'BENCH_ORDERING_KEYS', 1000),
     streamSubscribers: positiveInt(env, 'BENCH_STREAM_SUBSCRIBERS', 4),
     streamMaxOutstanding: positiveInt(env, 'BENCH_STREAM_MAX_OUTSTANDING', 2000),
+    waitersMessages: positiveInt(env, 'BENCH_WAITERS_MESSAGES', 20_000),
+    waitersStreams: positiveInt(env, 'BENCH_WAITERS_STREAMS', 1000),
+    waitersPolls: positiveInt(env, 'BENCH_WAITERS_POLLS', 1000),
+    waitersRounds: positiveInt(env, 'BENCH_WAITERS_ROUNDS', 20),
     latencyRate: positiveInt(env, 'BENCH_LATENCY_RATE', 5000),
     latencySeconds: positiveInt(env, 'BENCH_LATENCY_SECONDS', 10),
     latencyBatch: positiveInt(env, 'BENCH_LATENCY_BATCH', 10),

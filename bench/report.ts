@@ -99,6 +99,11 @@ export const KEYS = {
   publishAuthOn: 'publish (bearer token checked)',
   pullAuthOff: 'pull+ack (no authentication)',
   pullAuthOn: 'pull+ack (bearer token checked)',
+  streamOne: 'streaming end-to-end (1 stream)',
+  streamHundred: 'streaming end-to-end (100 streams)',
+  streamMany: 'streaming end-to-end (1,000 streams)',
+  longPollOne: 'one-message publish (1 waiting long poll)',
+  longPollMany: 'one-message publish (1,000 waiting long polls)',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -191,6 +196,10 @@ const BARS = {
   fallenDueShare: 0.5,
   scrapeCpuMs: 100,
   scrapeRssGrowthBytes: 10 * 1024 * 1024,
+  manyStreamsShare: 0.9,
+  manyStreamsCpuShare: 1.2,
+  scriptsPerWakeup: 2,
+  manyWaitersArrival: 2,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -243,6 +252,15 @@ export function computeRatios(results: BenchResults): void {
     'filtered fan-out publish / fan-out publish': ratio(
       rate(results, KEYS.publishFiltered),
       rate(results, KEYS.publishFanout),
+    ),
+    'streaming, 1,000 streams / 1 stream': ratioOfRates(KEYS.streamMany, KEYS.streamOne),
+    'broker CPU per streamed message, 1,000 streams / 1 stream': ratio(
+      brokerUsPerMessage(results, KEYS.streamMany),
+      brokerUsPerMessage(results, KEYS.streamOne),
+    ),
+    'publish->arrival p50, 1,000 waiting long polls / 1': ratio(
+      results.workloads[KEYS.longPollMany]?.latency['publish->arrival']?.p50Ms,
+      results.workloads[KEYS.longPollOne]?.latency['publish->arrival']?.p50Ms,
     ),
     'broker CPU per streamed message, gRPC / WebSocket': ratio(
       brokerUsPerMessage(results, KEYS.clientReceiveGrpc),
@@ -467,6 +485,41 @@ export function computeBars(results: BenchResults): void {
     times,
     '<= 1.00x',
     true,
+  );
+  atLeast(
+    'streaming end-to-end, 1,000 streams vs 1',
+    results.ratios['streaming, 1,000 streams / 1 stream'],
+    BARS.manyStreamsShare,
+    times,
+    '>= 0.90x',
+    [KEYS.streamMany, KEYS.streamOne],
+  );
+  below(
+    'broker CPU per streamed message, 1,000 streams vs 1',
+    results.ratios['broker CPU per streamed message, 1,000 streams / 1 stream'] ?? undefined,
+    BARS.manyStreamsCpuShare,
+    times,
+    '<= 1.20x',
+    true,
+    [KEYS.streamMany, KEYS.streamOne],
+  );
+  below(
+    'scripts per one-message publish, 1,000 waiting long polls',
+    results.workloads[KEYS.longPollMany] && Number(results.workloads[KEYS.longPollMany].notes?.scriptsPerPublishMean),
+    BARS.scriptsPerWakeup,
+    (n) => n.toFixed(2),
+    '<= 2',
+    true,
+    [KEYS.longPollMany],
+  );
+  below(
+    'publish->arrival p50, 1,000 waiting long polls vs 1',
+    results.ratios['publish->arrival p50, 1,000 waiting long polls / 1'] ?? undefined,
+    BARS.manyWaitersArrival,
+    times,
+    '<= 2.00x',
+    true,
+    [KEYS.longPollMany, KEYS.longPollOne],
   );
   atLeast('push delivery end-to-end', rate(results, KEYS.push), BARS.push, fmtRate, '>= 10,000 msg/s', [KEYS.push]);
   below(

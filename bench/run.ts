@@ -44,6 +44,7 @@ import {
   type RssSampler,
 } from './processes.ts';
 import { streamingLatencyWorkload, streamingThroughputWorkload, type StreamSettings } from './streaming-workloads.ts';
+import { longPollWakeupWorkload } from './waiters-workloads.ts';
 import {
   computeBars,
   computeRatios,
@@ -216,6 +217,14 @@ async function main(): Promise<void> {
       orderingKeys: config.orderingKeys,
       streamSubscribers: config.streamSubscribers,
       streamMaxOutstandingMessages: config.streamMaxOutstanding,
+      ...(runs('waiters')
+        ? {
+            waitersMessages: config.waitersMessages,
+            waitersStreams: config.waitersStreams,
+            waitersLongPolls: config.waitersPolls,
+            waitersRounds: config.waitersRounds,
+          }
+        : {}),
       latencyRate: config.latencyRate,
       latencySeconds: config.latencySeconds,
       latencyMessagesPerRequest: config.latencyBatch,
@@ -439,7 +448,12 @@ async function main(): Promise<void> {
       maxOutstandingMessages: config.streamMaxOutstanding,
       ackDeadlineSeconds: 60,
     };
-    const streamingThroughput = async (workload: string, topicId: string, count: number) => {
+    const streamingThroughput = async (
+      workload: string,
+      topicId: string,
+      count: number,
+      more: { subscribers?: number; measure?: <T>(run: () => Promise<T>) => Promise<T> } = {},
+    ) => {
       await createTopic(client, topicId, [{ id: topicId }]);
       const result = await streamingThroughputWorkload({
         workload,
@@ -448,7 +462,8 @@ async function main(): Promise<void> {
         keyPrefix: KEY_PREFIX,
         topicId,
         subscriptionId: topicId,
-        stream,
+        stream: { ...stream, subscribers: more.subscribers ?? stream.subscribers },
+        measure: more.measure,
         messages: count,
         batch: config.publishBatch,
         concurrency: c,
@@ -1171,6 +1186,42 @@ async function main(): Promise<void> {
       log(`  ${E2E_LATENCY} p50 ${paced.p50Ms} ms, p99 ${paced.p99Ms} ms, max ${paced.maxMs} ms`);
       await deleteTopic(client, 'bench-stream-paced', ['bench-stream-paced']);
       record(KEYS.bullE2e, await measure(KEYS.bullE2e, () => bullmqEndToEnd(KEYS.bullE2e, 'bench-e2e', messages)));
+    }
+    if (runs('waiters')) {
+      // Many consumers waiting on one subscription: the same streaming end-to-end run with 1, 100
+      // and BENCH_WAITERS_STREAMS connected streams (opening them is not measured), then single
+      // messages published to 1 and to BENCH_WAITERS_POLLS waiting long polls.
+      const count = roundToBatch(config.waitersMessages);
+      for (const [key, subscribers] of [
+        [KEYS.streamOne, 1],
+        [KEYS.streamHundred, 100],
+        [KEYS.streamMany, config.waitersStreams],
+      ] as const) {
+        const measured = <T>(run: () => Promise<T>) => measure(key, run);
+        record(key, await streamingThroughput(key, 'bench-waiters-stream', count, { subscribers, measure: measured }));
+      }
+      for (const [key, waiters] of [
+        [KEYS.longPollOne, 1],
+        [KEYS.longPollMany, config.waitersPolls],
+      ] as const) {
+        await createTopic(client, 'bench-waiters-poll', [{ id: 'bench-waiters-poll' }]);
+        const result = await measure(key, () =>
+          longPollWakeupWorkload({
+            workload: key,
+            baseUrl: broker!.baseUrl,
+            admin,
+            topicId: 'bench-waiters-poll',
+            subscriptionId: 'bench-waiters-poll',
+            waiters,
+            rounds: config.waitersRounds,
+            timeoutMs: config.timeoutMs,
+          }),
+        );
+        record(key, result);
+        const arrival = result.latency['publish->arrival'];
+        log(`  publish->arrival p50 ${arrival.p50Ms} ms; ${result.notes?.scriptsPerPublishMean} scripts per publish`);
+        await deleteTopic(client, 'bench-waiters-poll', ['bench-waiters-poll']);
+      }
     }
     if (runs('clients')) await clientsWorkload();
     if (runs('memory')) {

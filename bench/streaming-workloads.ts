@@ -201,6 +201,8 @@ export async function streamingThroughputWorkload(
     concurrency: number;
     bodies: Buffer[];
     timeoutMs: number;
+    /** Wraps the measured part (publishing and receiving; not opening the streams), when given. */
+    measure?: <T>(run: () => Promise<T>) => Promise<T>;
   },
 ): Promise<ThroughputResult> {
   const seen = new Set<string>();
@@ -216,7 +218,14 @@ export async function streamingThroughputWorkload(
     if (seen.size >= options.messages) goal.done();
   };
   const subscribers = await openSubscribers(options.stream, options.subscriptionId, onMessages);
+  const measure = options.measure ?? ((run) => run());
   try {
+    return await measure(receiveAll);
+  } finally {
+    await Promise.all(subscribers.map((s) => s.close()));
+  }
+
+  async function receiveAll(): Promise<ThroughputResult> {
     const all = waitFor(options.workload, options.timeoutMs, subscribers);
     goal.done = all.done;
     const started = performance.now();
@@ -255,8 +264,6 @@ export async function streamingThroughputWorkload(
         perSubscriber: subscribers.map((s) => s.messages).join('/'),
       },
     };
-  } finally {
-    await Promise.all(subscribers.map((s) => s.close()));
   }
 }
 

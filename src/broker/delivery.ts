@@ -264,8 +264,13 @@ export class DeliveryService {
   }
 
   /** A wake-up on the subscription's topic in every usable region (pull.ts). */
-  armWaiter(record: SubscriptionRecord): ReturnType<Puller['armWaiter']> {
-    return this.puller.armWaiter(record);
+  armWaiter(record: SubscriptionRecord, capacity: number): ReturnType<Puller['armWaiter']> {
+    return this.puller.armWaiter(record, capacity);
+  }
+
+  /** Hands an unused wake-up on to the subscription's next waiter in this process (pull.ts). */
+  passOnWakeup(record: SubscriptionRecord): void {
+    this.puller.passOn(record);
   }
 
   /** Subscribing through this endpoint is allowed by the topic's storage policy (storage-region.ts). */

@@ -106,7 +106,10 @@ export class Puller {
     this.closing = true;
   }
 
-  /** Leases messages for a unary pull; long-polls unless returnImmediately. */
+  /**
+   * Leases messages for a unary pull; long-polls unless returnImmediately. A pull that leaves
+   * while it may have left messages behind passes its wake-up on (wakeups.ts).
+   */
   async pull(
     record: SubscriptionRecord,
     maxMessages: number,
@@ -118,28 +121,37 @@ export class Puller {
     for (;;) {
       // Without a wake-up channel the pull answers at once; clients pull again.
       const waiter =
-        returnImmediately || this.closing ? undefined : await this.armWaiter(record).catch(() => undefined);
+        returnImmediately || this.closing ? undefined : await this.armWaiter(record, max).catch(() => undefined);
+      // Whether the next step is another look, which acts on any wake-up this waiter got.
+      let looksAgain = false;
+      let full = false;
       try {
-        const { received, nextDueUs } = await this.pullOnce(record, max);
+        const pulled = await this.pullOnce(record, max);
+        const { received, nextDueUs } = pulled;
+        full = pulled.full;
         const remainingMs = giveUpAt - Date.now();
         if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
           return received;
         }
         // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
-        const sleepMs = nextDueUs === undefined ? remainingMs : Math.min(remainingMs, Math.ceil(nextDueUs / 1000) + 1);
+        if (nextDueUs !== undefined) waiter.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
         await new Promise<void>((resolve) => {
           const stop = () => {
             clearTimeout(timer);
             cancelled.removeEventListener('abort', stop);
             resolve();
           };
-          const timer = setTimeout(stop, sleepMs);
+          const timer = setTimeout(stop, remainingMs);
           waiter.woken.then(stop);
           cancelled.addEventListener('abort', stop, { once: true });
         });
         if (cancelled.aborted) return [];
+        looksAgain = true;
       } finally {
-        waiter?.cancel();
+        // Woken during the look (which may have missed what the wake-up announced), or took all it
+        // could: the next waiter looks, unless this pull is about to look again itself.
+        const wasWoken = waiter?.cancel() ?? false;
+        if (!looksAgain && (wasWoken || full)) this.passOn(record);
       }
     }
   }
@@ -148,7 +160,8 @@ export class Puller {
    * Leases up to `max` available messages once, without waiting, from every usable region
    * (see pullOrder). `deadlineSeconds` overrides the subscription's ack deadline (streams
    * lease with their own streamAckDeadlineSeconds). A remote region that fails is skipped:
-   * its messages wait for it; this region's failure fails the pull.
+   * its messages wait for it; this region's failure fails the pull. `full`: the pull stopped at
+   * `max` or at the byte budget, so more messages may be available.
    */
   async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
     const received: LeasedMessage[] = [];
@@ -167,7 +180,7 @@ export class Puller {
         this.releaseLate(record, pulling);
       }
     }
-    return { received, nextDueUs };
+    return { received, nextDueUs, full: received.length >= max || bytesLeft <= 0 };
   }
 
   /**
@@ -189,12 +202,16 @@ export class Puller {
 
   /**
    * Arms a wake-up on the subscription's topic in every usable region: it fires on a publish or
-   * nack anywhere, or on a change of one of the topic's subscriptions. Fails if this region's
-   * channel cannot be armed; other regions' failures only cost their wake-ups.
+   * nack anywhere, or on a change of one of the topic's subscriptions. `capacity` is how many
+   * messages the waiter's look takes at most (wakeups.ts wakes waiters enough for what became
+   * available). Fails if this region's channel cannot be armed; other regions' failures only
+   * cost their wake-ups.
    */
-  async armWaiter(record: SubscriptionRecord): Promise<Waiter> {
+  async armWaiter(record: SubscriptionRecord, capacity: number): Promise<Waiter> {
     const armed = await Promise.allSettled(
-      this.regions.localFirst().map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid))),
+      this.regions
+        .localFirst()
+        .map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid), record.uid, capacity)),
     );
     const waiters = armed.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
     const local = armed[0];
@@ -205,10 +222,20 @@ export class Puller {
     if (waiters.length === 1) return waiters[0];
     return {
       woken: Promise.race(waiters.map((waiter) => waiter.woken)),
-      cancel: () => {
-        for (const waiter of waiters) waiter.cancel();
-      },
+      // A look covers every region: one group timer, this region's, is enough.
+      lookAgainIn: (ms) => waiters[0].lookAgainIn(ms),
+      cancel: () => waiters.map((waiter) => waiter.cancel()).includes(true),
     };
+  }
+
+  /**
+   * Hands a wake-up a consumer of the subscription leaves unused on to the next waiter of the
+   * subscription in this process, in every usable region (wakeups.ts).
+   */
+  passOn(record: SubscriptionRecord): void {
+    for (const region of this.regions.localFirst()) {
+      region.wakeups.passOn(region.ctx.keys.wakeChannel(record.topicUid), record.uid);
+    }
   }
 
   /**

@@ -108,7 +108,7 @@ export class PushService {
       try {
         this.announcements ??= await wakeups.arm(channel);
         // Closed while arming: close() found nothing to cancel.
-        if (this.closed) return this.announcements.cancel();
+        if (this.closed) return void this.announcements.cancel();
         const message = await this.announcements.woken;
         // Cancelled: closing.
         if (message === '') return;
@@ -116,7 +116,7 @@ export class PushService {
         const next = await wakeups.arm(channel);
         this.announcements.cancel();
         this.announcements = next;
-        if (this.closed) return next.cancel();
+        if (this.closed) return void next.cancel();
         this.requestListing();
       } catch {
         this.announcements = undefined;
@@ -277,7 +277,8 @@ class Pusher {
    */
   private async armed(): Promise<Waiter> {
     if (this.waiter && !this.waiterFired) return this.waiter;
-    const next = await this.delivery.armWaiter(this.record);
+    // The pusher is the subscription's only consumer here: every wake-up of it is its own.
+    const next = await this.delivery.armWaiter(this.record, Infinity);
     this.waiter?.cancel();
     this.waiter = next;
     this.waiterFired = false;

@@ -315,56 +315,93 @@ export class StreamingSession {
     this.nap.nudge();
   }
 
+  /**
+   * Leases and sends while the stream has flow-control room, and sleeps on the topic's wake-up
+   * when there is nothing. A wake-up this stream got but will not act on (it stops looking: its
+   * flow control is full, its client reads slowly, it closed) goes to the subscription's next
+   * waiter in this process, as does one after a look that took all it could (wakeups.ts).
+   */
   private async deliverLoop(): Promise<void> {
-    while (!this.closed) {
-      const blocked = this.transport.blocked?.();
-      if (blocked) {
-        await this.nap.sleep(undefined, blocked);
-        continue;
-      }
-      this.outstanding.forgetExpired(Date.now());
-      const room = this.room();
-      if (room === 0) {
-        await this.nap.sleep(Math.max(1, this.outstanding.nextExpiryMs() - Date.now()));
-        continue;
-      }
-      const record = this.record!;
-      const waiter = await this.delivery.armWaiter(record);
-      void waiter.woken.then((message) => {
-        if (message === CONFIG_CHANGED) this.configChanged = true;
-      });
-      try {
-        // Closed while the wake-up was armed: lease nothing more.
-        if (this.closed) break;
-        // The record is re-read when an update or delete announces itself (and on heartbeat
-        // ticks as a fallback), not before every pull.
-        if (this.configChanged) {
-          this.configChanged = false;
-          await this.refreshRecord();
-        }
-        const { received, nextDueUs } = await this.delivery.pullOnce(
-          this.record!,
-          room,
-          this.ackDeadlineSeconds,
-          MAX_BYTES_PER_FRAME,
-        );
-        if (received.length > 0) {
-          const undelivered = this.deliver(this.withinByteBudget(received));
-          // Leased but not handed to the client (over the byte budget, or the stream closed
-          // meanwhile): give them back at once instead of leaving them leased until the deadline.
-          if (undelivered.length > 0)
-            await this.delivery.releaseLeased(
-              this.record!,
-              undelivered.map((m) => m.delivery),
-            );
+    // Woken, or last looked with no room for all there was, and not looked since.
+    let owesLook = false;
+    const passOnIfOwed = () => {
+      if (owesLook) this.delivery.passOnWakeup(this.record!);
+      owesLook = false;
+    };
+    try {
+      while (!this.closed) {
+        const blocked = this.transport.blocked?.();
+        if (blocked) {
+          passOnIfOwed();
+          await this.nap.sleep(undefined, blocked);
           continue;
         }
-        const dueMs = nextDueUs === undefined ? undefined : Math.ceil(nextDueUs / 1000) + 1;
-        await this.nap.sleep(dueMs, waiter.woken);
-      } finally {
-        waiter.cancel();
+        this.outstanding.forgetExpired(Date.now());
+        const room = this.room();
+        if (room === 0) {
+          passOnIfOwed();
+          await this.nap.sleep(Math.max(1, this.outstanding.nextExpiryMs() - Date.now()));
+          continue;
+        }
+        owesLook = (await this.lookOnce(room)) || owesLook;
       }
+    } finally {
+      passOnIfOwed();
     }
+  }
+
+  /**
+   * One look for messages, armed first and, when it finds none, asleep until a wake-up: true when
+   * a next look is owed (see deliverLoop).
+   */
+  private async lookOnce(room: number): Promise<boolean> {
+    const record = this.record!;
+    const waiter = await this.delivery.armWaiter(record, room);
+    void waiter.woken.then((message) => {
+      if (message === CONFIG_CHANGED) this.configChanged = true;
+    });
+    let owesLook = false;
+    try {
+      // Closed while the wake-up was armed: lease nothing more (the loop passes any wake-up on).
+      if (this.closed) return waiter.cancel();
+      // The record is re-read when an update or delete announces itself (and on heartbeat
+      // ticks as a fallback), not before every pull.
+      if (this.configChanged) {
+        this.configChanged = false;
+        await this.refreshRecord();
+      }
+      const { received, nextDueUs, full } = await this.delivery.pullOnce(
+        this.record!,
+        room,
+        this.ackDeadlineSeconds,
+        MAX_BYTES_PER_FRAME,
+      );
+      owesLook = full;
+      if (received.length > 0) {
+        const undelivered = this.deliver(this.withinByteBudget(received));
+        // Leased but not handed to the client (over the byte budget, or the stream closed
+        // meanwhile): give them back at once instead of leaving them leased until the deadline.
+        if (undelivered.length > 0) {
+          owesLook = true;
+          await this.delivery.releaseLeased(
+            this.record!,
+            undelivered.map((m) => m.delivery),
+          );
+        }
+      } else {
+        if (nextDueUs !== undefined) waiter.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
+        // Asleep until a wake-up or a close. Room that acks free meanwhile needs no new look: this
+        // look left nothing to lease, and whatever becomes available wakes a waiter (the room
+        // this waiter was armed with only understates what it takes, so no fewer are woken).
+        let woken = false;
+        void waiter.woken.then(() => (woken = true));
+        while (!woken && !this.closed) await this.nap.sleep(undefined, waiter.woken);
+      }
+    } finally {
+      // Woken (during the look, which may have missed what the wake-up announced, or asleep).
+      if (waiter.cancel()) owesLook = true;
+    }
+    return owesLook;
   }
 
   /**

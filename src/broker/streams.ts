@@ -1,7 +1,8 @@
 import { unavailable } from '../errors.ts';
 import type { CallContext } from './call-context.ts';
-import type { DeliveryService } from './delivery.ts';
+import type { DeliveryService, Settled } from './delivery.ts';
 import type { ResourceName } from './names.ts';
+import type { SettleOutcome } from './settlement.ts';
 import { StreamingSession, type StreamTransport } from './streaming.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 
@@ -23,26 +24,50 @@ export class StreamRegistry {
     private readonly subscriptions: SubscriptionService,
     readonly heartbeatMs: number,
   ) {
-    delivery.onSettled((settled) => {
-      for (const session of this.sessions) session.settled(settled);
-    });
+    delivery.onSettled((settled) => this.announce(settled));
     delivery.recognizeIssued((record) => {
-      const streams = [...this.sessions].filter((session) => session.subscriptionUid === record.uid);
-      // Acks come in the order messages were delivered, so mostly many in a row of one stream:
-      // the stream that recognised the last one is asked first.
-      let last = 0;
-      return (ackId) => {
-        for (let i = 0; i < streams.length; i++) {
-          const at = (last + i) % streams.length;
-          const issued = streams[at].issued(ackId);
-          if (issued) {
-            last = at;
-            return issued;
-          }
-        }
-        return undefined;
-      };
+      const holderOf = this.holders(record.uid);
+      return (ackId) => holderOf(ackId)?.issued(ackId);
     });
+  }
+
+  /**
+   * Tells the streams that delivered a settlement's ack IDs (only they track them) of their part
+   * of it: with many streams on one subscription, a settlement costs per ack ID, not per stream.
+   */
+  private announce(settled: Settled): void {
+    const holderOf = this.holders(settled.record.uid);
+    const parts = new Map<StreamingSession, SettleOutcome>();
+    const partOf = (ackId: string) => {
+      const holder = holderOf(ackId);
+      if (!holder) return undefined;
+      let part = parts.get(holder);
+      if (!part) parts.set(holder, (part = { applied: [], failures: new Map() }));
+      return part;
+    };
+    for (const ackId of settled.outcome.applied) partOf(ackId)?.applied.push(ackId);
+    for (const [ackId, code] of settled.outcome.failures) partOf(ackId)?.failures.set(ackId, code);
+    for (const [session, outcome] of parts) session.settled({ ...settled, outcome });
+  }
+
+  /**
+   * Finds the stream of the subscription that has an ack ID outstanding. Acks come in the order
+   * messages were delivered, so mostly many in a row of one stream: the stream that held the last
+   * one is asked first.
+   */
+  private holders(subscriptionUid: string): (ackId: string) => StreamingSession | undefined {
+    const streams = [...this.sessions].filter((session) => session.subscriptionUid === subscriptionUid);
+    let last = 0;
+    return (ackId) => {
+      for (let i = 0; i < streams.length; i++) {
+        const at = (last + i) % streams.length;
+        if (streams[at].issued(ackId)) {
+          last = at;
+          return streams[at];
+        }
+      }
+      return undefined;
+    };
   }
 
   /** `name` undefined: the stream's first frame names its subscription. */

@@ -19,8 +19,8 @@
   KEYS[7]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    new deadline in seconds from now (0..600)
-  ARGV[3]    wake channel, published to when something became available (or will be, after a
-             backoff: long polls then look again when it ends)
+  ARGV[3]    wake channel, published to with how many messages (keys) became available (or will
+             be, after a backoff: long polls then look again when it ends)
   ARGV[4]    'release': a release (ARGV[2] is 0); 'hold': a hold (ARGV[2] > 0); else ''
   ARGV[5..]  deliveries as "seq:gen"
   Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
@@ -65,7 +65,8 @@ if holding then
   if #held > 0 then redis.call('ZADD', leased_key, 'XX', unpack(held)) end
   return results
 end
-local woke = false
+-- How many messages (keys, on an ordered subscription) became available: the wake-up's count.
+local woke = 0
 for i = 5, #ARGV do
   local member = ARGV[i]
   local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
@@ -76,7 +77,7 @@ for i = 5, #ARGV do
     local info = redis.call('HGET', keys.deliveries, seq)
     if info then
       local _, _, key = split_keyed_delivery(info)
-      if revoke_from(keys, key, seq, releasing and 'release' or 'nack', now, policy) then woke = true end
+      if revoke_from(keys, key, seq, releasing and 'release' or 'nack', now, policy) then woke = woke + 1 end
     else
       redis.call('ZREM', leased_key, member)
       local wait = backoff_us(policy, attempts_of(gen))
@@ -87,10 +88,10 @@ for i = 5, #ARGV do
       else
         redis.call('LPUSH', ready_key, member)
       end
-      woke = true
+      woke = woke + 1
     end
   end
   results[#results + 1] = RESULT[status]
 end
-if woke then redis.call('PUBLISH', ARGV[3], '1') end
+if woke > 0 then redis.call('PUBLISH', ARGV[3], woke) end
 return results

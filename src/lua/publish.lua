@@ -23,7 +23,8 @@
              one clock (PublishClock in src/broker/clock.ts); accepted from 10 s behind now to
              1 s ahead of it (a stamp trails by the time the call waited on its way here)
   ARGV[3]    attachVersion the caller read together with the attached subscriptions
-  ARGV[4]    wake channel, published to when anyone is attached
+  ARGV[4]    wake channel, published to (with how many new messages there are) when anyone is
+             attached
   ARGV[5]    the request's ordering key ('' for none; one key per request)
   ARGV[6]    one character per attached subscription: '1' ordered, '0' not
   ARGV[7]    '' for a publish; for a message forwarded from a subscription's dead-letter policy,
@@ -440,5 +441,5 @@ for s = 1, subscriptions do
     if #now_ready > 0 then redis.call('RPUSH', ready_key, unpack(now_ready)) end
   end
 end
-redis.call('PUBLISH', ARGV[4], '1')
+redis.call('PUBLISH', ARGV[4], count - duplicates)
 return reply

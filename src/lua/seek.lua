@@ -39,7 +39,8 @@
   ARGV[2]    the target publish time (µs); ignored by a seek to a snapshot
   ARGV[3]    the topic's messageRetentionDuration in µs, or '' when it has none
   ARGV[4]    '1' when the subscription has a filter, else ''
-  ARGV[5]    wake channel (published to when messages are available after the seek)
+  ARGV[5]    wake channel (published to, with their count, when messages are available after the
+             seek)
   Returns    {REPLY_OK, unacked}: how many messages are unacknowledged after the seek
              {REPLY_NO_SUBSCRIPTION}   the subscription does not exist here
              {REPLY_NO_SNAPSHOT}       the snapshot does not exist here (nothing changed)
@@ -373,5 +374,5 @@ hold_bodies(refs_key, taken_again)
 mark_holds(holds, unacked_seqs, '1')
 redis.call('DEL', earlier_key)
 in_chunks(released, 1, function(chunk) release_bodies(bodies_prefix, refs_key, chunk) end)
-if unacked > 0 then redis.call('PUBLISH', ARGV[5], '1') end
+if unacked > 0 then redis.call('PUBLISH', ARGV[5], unacked) end
 return {REPLY_OK, unacked}

@@ -8,6 +8,16 @@ const RUNNERS = ['run', 'runEncoded', 'runStaged'] as const;
 
 /** What `work` answers, and the names of the scripts run meanwhile, in order. */
 export async function scriptsRunBy<T>(work: () => Promise<T>): Promise<{ result: T; scripts: ScriptName[] }> {
+  const watch = watchScripts();
+  try {
+    return { result: await work(), scripts: watch.scripts };
+  } finally {
+    watch.stop();
+  }
+}
+
+/** The names of the scripts run from now on, in order, as they run, until `stop`. */
+export function watchScripts(): { scripts: ScriptName[]; stop(): void } {
   const scripts: ScriptName[] = [];
   const originals = RUNNERS.map((runner) => Scripts.prototype[runner]);
   for (const runner of RUNNERS) {
@@ -21,11 +31,10 @@ export async function scriptsRunBy<T>(work: () => Promise<T>): Promise<{ result:
       return original.call(this, name, ...rest);
     };
   }
-  try {
-    return { result: await work(), scripts };
-  } finally {
+  const stop = () => {
     RUNNERS.forEach((runner, i) => {
       (Scripts.prototype as unknown as Record<string, unknown>)[runner] = originals[i];
     });
-  }
+  };
+  return { scripts, stop };
 }
