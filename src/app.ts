@@ -14,7 +14,7 @@ import type { Server as TlsServer } from 'node:tls';
 import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
 import { allowOrigins } from '../routes/cors.ts';
 import { registerRoutes } from '../routes/index.ts';
-import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
+import { DEFAULT_BODY_LIMIT, limitRequestRate, MAX_STREAM_FRAME_BYTES, REQUEST_TIMEOUT_MS } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
 import type { Authentication } from './auth/authentication.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
@@ -46,6 +46,11 @@ export interface HttpOptions {
   corsOrigins?: string[];
   /** A certificate and its key (PEM): HTTPS, and gRPC over TLS, on the one port. */
   tls?: { cert: Buffer; key: Buffer };
+  /**
+   * Open connections the server keeps at most (HTTP, WebSocket and gRPC alike, MAX_CONNECTIONS);
+   * one more is closed as soon as it is accepted. No limit when absent.
+   */
+  maxConnections?: number;
 }
 
 export interface RegisteredRoute {
@@ -84,6 +89,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Resource IDs may be 255 characters long (fastify's default limit is 100).
     routerOptions: { maxParamLength: 512 },
     bodyLimit: DEFAULT_BODY_LIMIT,
+    requestTimeout: REQUEST_TIMEOUT_MS,
     return503OnClosing: true,
     // Errors the router raises before any route runs (bad percent-encoding, over-long IDs).
     frameworkErrors: (error, _request, reply) => {
@@ -106,6 +112,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }));
   app.decorate('broker', broker);
   const { ctx } = broker;
+  // Counts every accepted socket, those handed to the gRPC server too (one-port.ts).
+  if (options.maxConnections !== undefined) app.server.maxConnections = options.maxConnections;
 
   const grpc =
     options.grpc === false
@@ -183,6 +191,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     checkUpgrades: (options.corsOrigins ?? []).length > 0 || options.authentication !== undefined,
   });
   if (options.authentication) authenticateRequests(app, options.authentication);
+  limitRequestRate(app, broker);
   await app.register(registerRoutes, { broker: app.broker });
   return app;
 }

@@ -100,6 +100,7 @@ async function main(): Promise<void> {
     tls,
     logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
+    maxConnections: config.MAX_CONNECTIONS,
     broker: await createBroker({
       redis,
       subscriber,
@@ -109,6 +110,16 @@ async function main(): Promise<void> {
       onStorageProblem: refuseRegionStore,
       janitorIntervalMs: JANITOR_INTERVAL_MS,
       push: { hosts: config.PUSH_ENDPOINT_HOSTS },
+      limits: {
+        topicsPerProject: config.MAX_TOPICS_PER_PROJECT,
+        subscriptionsPerProject: config.MAX_SUBSCRIPTIONS_PER_PROJECT,
+        subscriptionsPerTopic: config.MAX_SUBSCRIPTIONS_PER_TOPIC,
+        snapshotsPerProject: config.MAX_SNAPSHOTS_PER_PROJECT,
+        streamsPerSubscription: config.MAX_STREAMS_PER_SUBSCRIPTION,
+        streams: config.MAX_STREAMS,
+        longPolls: config.MAX_LONG_POLLS,
+        requestsPerSecond: config.RATE_LIMIT_PER_SECOND,
+      },
       log: { warn: log, error: log },
     }),
   });

@@ -3,10 +3,12 @@ import { Keys } from '../redis/keys.ts';
 import { Scripts } from '../redis/scripts.ts';
 import { ackIdCodecLoader } from './ack-id.ts';
 import { BacklogService } from './backlog.ts';
+import type { CallContext } from './call-context.ts';
 import { type Clock, nowUs as clockNowUs, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
 import { DeliveryService } from './delivery.ts';
+import { type BrokerLimits, DEFAULT_LIMITS, longPollPlaces, RequestRateLimiter, ResourceLimits } from './limits.ts';
 import { BrokerMetrics } from './metrics.ts';
 import { ReplayService } from './replay.ts';
 import { PushService } from './push.ts';
@@ -58,6 +60,8 @@ export interface BrokerConfig {
   regions?: { local: string; others: RegionConnection[] };
   /** Where the broker reports what an operator should know. Default: nowhere. */
   log?: BrokerLog;
+  /** The limits that protect it (limits.ts); each one absent keeps its default. */
+  limits?: Partial<BrokerLimits>;
   /** Push delivery (push.ts). */
   push?: {
     /** The hosts push endpoints may name: '*' (the default) for any. */
@@ -98,6 +102,13 @@ export interface Broker {
   backlog: BacklogService;
   /** The Prometheus metrics (metrics.ts). */
   metrics: BrokerMetrics;
+  /** The limits in force (limits.ts). */
+  limits: BrokerLimits;
+  /**
+   * Counts one call of the caller against the request rate limit, if there is one: throws
+   * RESOURCE_EXHAUSTED past it. Every front end calls it once per call, before the call runs.
+   */
+  admit(caller: CallContext): void;
   /**
    * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions and
    * snapshots past their expireTime deleted, retained logs expired.
@@ -136,8 +147,12 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     (config.regions?.others ?? []).map((other) => makeRegion(other.name, other.redis, other.subscriber)),
   );
   const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
-  const topics = new TopicService(regions, controlPlane);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics, config.push?.hosts);
+  const limits: BrokerLimits = { ...DEFAULT_LIMITS, ...config.limits };
+  const resourceLimits = new ResourceLimits(limits);
+  const rateLimiter =
+    limits.requestsPerSecond === undefined ? undefined : new RequestRateLimiter(limits.requestsPerSecond);
+  const topics = new TopicService(regions, controlPlane, resourceLimits);
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics, config.push?.hosts, resourceLimits);
   const metrics = new BrokerMetrics(regions);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     metrics,
@@ -145,9 +160,13 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     pullWaitMs: config.pullWaitMs ?? 20_000,
     rememberTopicMs: config.rememberTopicMs ?? 1000,
     stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
+    longPolls: longPollPlaces(limits.longPolls),
   });
-  const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
-  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions);
+  const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000, {
+    streams: limits.streams,
+    perSubscription: limits.streamsPerSubscription,
+  });
+  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions, resourceLimits);
   const replay = new ReplayService(regions, topics, subscriptions, snapshots);
   const backlog = new BacklogService(regions, subscriptions, topics);
   // No region serves until its store is known to be in this broker's storage format.
@@ -212,6 +231,8 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     replay,
     backlog,
     metrics,
+    limits,
+    admit: (caller) => rateLimiter?.admit(caller),
     collectGarbage,
     close: () => (closing ??= close()),
   };

@@ -3,6 +3,7 @@ import { AckAndPublish, type AckAndPublishRequest } from './ack-and-publish.ts';
 import type { AckIdCodec, Delivery } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
+import type { Places } from './limits.ts';
 import type { BrokerMetrics } from './metrics.ts';
 import { DeadLetters } from './dead-letters.ts';
 import type { ResourceName } from './names.ts';
@@ -26,6 +27,8 @@ export interface DeliveryOptions {
   /** Publishes whose packed bodies reach this many bytes stage them outside the script (publish.ts). */
   stageBodiesFromBytes: number;
   metrics: BrokerMetrics;
+  /** The places of pulls that wait for messages on this node (MAX_LONG_POLLS). */
+  longPolls: Places;
 }
 
 export interface PublishRequest {
@@ -70,7 +73,7 @@ export class DeliveryService {
     private readonly regions: Regions,
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
-    options: DeliveryOptions,
+    private readonly options: DeliveryOptions,
   ) {
     const { metrics } = options;
     this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes, metrics);
@@ -109,10 +112,14 @@ export class DeliveryService {
     const record = await this.readPullable(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
-    return this.unlessDetached(
-      name,
-      this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal),
-    );
+    const returnImmediately = request.returnImmediately === true;
+    // A pull that may wait holds a place while it runs; none left: RESOURCE_EXHAUSTED.
+    const leave = returnImmediately ? undefined : this.options.longPolls.enter();
+    try {
+      return await this.unlessDetached(name, this.puller.pull(record, request.maxMessages, returnImmediately, signal));
+    } finally {
+      leave?.();
+    }
   }
 
   async acknowledge(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {

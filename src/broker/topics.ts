@@ -1,6 +1,7 @@
 import { invalidArgument, notFound } from '../errors.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
+import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import type { ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
@@ -27,6 +28,7 @@ export class TopicService {
   constructor(
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
+    private readonly limits = new ResourceLimits(DEFAULT_LIMITS),
   ) {}
 
   async create(_caller: CallContext, name: ResourceName, topic: TopicInput): Promise<Topic> {
@@ -34,12 +36,12 @@ export class TopicService {
     refuseUnimplemented(TOPIC_FIELDS, topic);
     const settings = this.checkRegions(settleAll(TOPIC_FIELDS, topic));
     this.regions.requireLocal();
-    const record = await this.controlPlane.create<TopicRecord>('topic', name, (version) => ({
-      name: name.full,
-      uid: newUid(),
-      version,
-      ...settings,
-    }));
+    const record = await this.controlPlane.create<TopicRecord>(
+      'topic',
+      name,
+      (version) => ({ name: name.full, uid: newUid(), version, ...settings }),
+      this.limits.topic(name),
+    );
     return renderTopic(record);
   }
 
