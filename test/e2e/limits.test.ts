@@ -4,11 +4,13 @@
 //     creates; a refused subscription leaves no data behind; updates, deletes and detaches work
 //     at the limit and give places back;
 //   - open streams per subscription and per node (gRPC and WebSocket), long polls per node;
-//   - the per-principal request rate limit, one for every front end, its memory bounded.
+//   - the per-principal request rate limit, one for every front end, its memory bounded;
+//   - request sizes over gRPC (over REST: routes/matrix.test.ts, publish-validation.test.ts).
 // Connections and file descriptors of a real broker process: limits-process.test.ts.
 
 import { status as grpcStatus } from '@grpc/grpc-js';
 import t, { type Test } from 'tap';
+import { PUBLISH_BODY_LIMIT } from '../../routes/limits.ts';
 import { RequestRateLimiter } from '../../src/broker/limits.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { StreamClient } from '../streaming/_ws.ts';
@@ -218,3 +220,24 @@ t.test('the rate limiter refills, tells principals apart and remembers a bounded
   t.equal(limiter.tracked, 100, 'at most 100 callers remembered');
   t.doesNotThrow(() => limiter.admit(alice), 'a forgotten caller starts with a full bucket');
 });
+
+t.test(
+  'request sizes over gRPC: a message past 16 MiB is refused by the gRPC layer; the broker serves on',
+  async (t) => {
+    const b = await startGrpcBroker(t);
+    await b.topic('top');
+    const data = Buffer.alloc(PUBLISH_BODY_LIMIT + 1, 'x');
+    const error = await rpcError(b.publisher, 'Publish', { topic: topicName('top'), messages: [{ data }] });
+    t.equal(error.code, grpcStatus.RESOURCE_EXHAUSTED, 'RESOURCE_EXHAUSTED (grpc-js: larger than max)');
+    const overData = await rpcError(b.publisher, 'Publish', {
+      topic: topicName('top'),
+      messages: [{ data: Buffer.alloc(10_000_001, 'x') }],
+    });
+    t.equal(overData.code, grpcStatus.INVALID_ARGUMENT, "within it, Pub/Sub's own publish limit: INVALID_ARGUMENT");
+    const published = await rpc(b.publisher, 'Publish', {
+      topic: topicName('top'),
+      messages: [{ data: Buffer.from('ok') }],
+    });
+    t.equal(published.messageIds.length, 1, 'a normal publish goes on');
+  },
+);
