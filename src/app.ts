@@ -14,7 +14,7 @@ import type { Server as TlsServer } from 'node:tls';
 import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
 import { allowOrigins } from '../routes/cors.ts';
 import { registerRoutes } from '../routes/index.ts';
-import { DEFAULT_BODY_LIMIT, limitRequestRate, MAX_STREAM_FRAME_BYTES, REQUEST_TIMEOUT_MS } from '../routes/limits.ts';
+import { DEFAULT_BODY_LIMIT, limitBodiesInFlight, limitRequestRate, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
 import type { Authentication } from './auth/authentication.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
@@ -51,6 +51,8 @@ export interface HttpOptions {
    * one more is closed as soon as it is accepted. No limit when absent.
    */
   maxConnections?: number;
+  /** Bytes of request bodies the server holds at once (MAX_BODY_MIB_IN_FLIGHT); no limit when absent. */
+  maxBodyBytesInFlight?: number;
 }
 
 export interface RegisteredRoute {
@@ -89,7 +91,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Resource IDs may be 255 characters long (fastify's default limit is 100).
     routerOptions: { maxParamLength: 512 },
     bodyLimit: DEFAULT_BODY_LIMIT,
-    requestTimeout: REQUEST_TIMEOUT_MS,
     return503OnClosing: true,
     // Errors the router raises before any route runs (bad percent-encoding, over-long IDs).
     frameworkErrors: (error, _request, reply) => {
@@ -192,6 +193,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   if (options.authentication) authenticateRequests(app, options.authentication);
   limitRequestRate(app, broker);
+  if (options.maxBodyBytesInFlight !== undefined) limitBodiesInFlight(app, options.maxBodyBytesInFlight);
   await app.register(registerRoutes, { broker: app.broker });
   return app;
 }

@@ -182,6 +182,8 @@ const environmentSchema = z.object({
   MAX_LONG_POLLS: limit.default(10_000),
   /** Open connections (HTTP, WebSocket and gRPC alike); beyond it a new connection is closed at once. */
   MAX_CONNECTIONS: limit.default(10_000),
+  /** MiB of HTTP request bodies received at once; a request whose body does not fit is refused. */
+  MAX_BODY_MIB_IN_FLIGHT: limit.default(1024),
   /** Requests per second of one principal (or one address, without authentication); off when absent. */
   RATE_LIMIT_PER_SECOND: z.coerce.number().positive().optional(),
   /**

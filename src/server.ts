@@ -101,6 +101,7 @@ async function main(): Promise<void> {
     logger,
     logRequests: config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace',
     maxConnections: config.MAX_CONNECTIONS,
+    maxBodyBytesInFlight: config.MAX_BODY_MIB_IN_FLIGHT * 2 ** 20,
     broker: await createBroker({
       redis,
       subscriber,

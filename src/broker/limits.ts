@@ -93,8 +93,9 @@ export class ResourceLimits {
 }
 
 /**
- * A count of things under way on this node (long polls), held under a limit: `enter` takes a
- * place or refuses with `refusal`, and returns what gives the place back.
+ * A count of things under way on this node (long polls, bytes of request bodies), held under a
+ * limit: `enter` takes `size` places or refuses with `refusal`, and returns what gives them back
+ * (once, however often it is called).
  */
 export class Places {
   private taken = 0;
@@ -104,14 +105,14 @@ export class Places {
     private readonly refusal: () => ApiError,
   ) {}
 
-  enter(): () => void {
-    if (this.taken >= this.limit) throw this.refusal();
-    this.taken++;
+  enter(size = 1): () => void {
+    if (this.taken + size > this.limit) throw this.refusal();
+    this.taken += size;
     let left = false;
     return () => {
       if (left) return;
       left = true;
-      this.taken--;
+      this.taken -= size;
     };
   }
 

@@ -5,15 +5,20 @@
 //     at the limit and give places back;
 //   - open streams per subscription and per node (gRPC and WebSocket), long polls per node;
 //   - the per-principal request rate limit, one for every front end, its memory bounded;
-//   - request sizes over gRPC (over REST: routes/matrix.test.ts, publish-validation.test.ts).
+//   - request sizes over gRPC (over REST: routes/matrix.test.ts, publish-validation.test.ts), and
+//     the bytes of request bodies an HTTP server holds at once.
 // Connections and file descriptors of a real broker process: limits-process.test.ts.
 
 import { status as grpcStatus } from '@grpc/grpc-js';
+import { type AddressInfo, connect, type Socket } from 'node:net';
 import t, { type Test } from 'tap';
 import { PUBLISH_BODY_LIMIT } from '../../routes/limits.ts';
+import { buildApp } from '../../src/app.ts';
 import { RequestRateLimiter } from '../../src/broker/limits.ts';
 import { parseResourceName } from '../../src/broker/names.ts';
 import { StreamClient } from '../streaming/_ws.ts';
+import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
+import { sleep } from '../helpers/stream-responses.ts';
 import { waitUntil } from '../helpers/wait.ts';
 import { P, rpc, rpcError, startGrpcBroker, subName, topicName } from '../grpc/_client.ts';
 
@@ -241,3 +246,49 @@ t.test(
     t.equal(published.messageIds.length, 1, 'a normal publish goes on');
   },
 );
+
+t.test('request bodies in flight: one that does not fit the budget is refused unread', async (t) => {
+  const redis = redisTargets()[0].connect();
+  const app = await buildApp({ redis, keyPrefix: uniquePrefix('bodies'), maxBodyBytesInFlight: 1024 * 1024 });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const port = (app.server.address() as AddressInfo).port;
+  const sockets: Socket[] = [];
+  t.teardown(async () => {
+    for (const socket of sockets) socket.destroy();
+    await app.close();
+    redis.disconnect();
+  });
+  t.equal((await app.inject({ method: 'PUT', url: `${v1}/topics/top` })).statusCode, 200);
+  /** Sends the headers of a publish declaring `length` bytes and `body` of it; resolves with the first answer. */
+  const publish = (length: number, body: string) => {
+    const socket = connect(port, '127.0.0.1', () =>
+      socket.write(
+        `POST ${v1}/topics/top:publish HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${length}\r\n\r\n${body}`,
+      ),
+    );
+    sockets.push(socket);
+    socket.on('error', () => {});
+    const answer = new Promise<string>((resolve) => socket.once('data', (chunk) => resolve(chunk.toString())));
+    return { socket, answer };
+  };
+  const slow = publish(700_000, '{"messages":[{"data":"');
+  await sleep(200);
+  const refusedAnswer = await publish(700_000, '').answer;
+  t.match(refusedAnswer, /^HTTP\/1.1 429/, 'a second large body does not fit: 429');
+  t.match(
+    refusedAnswer,
+    /MAX_BODY_MIB_IN_FLIGHT.*"status":"RESOURCE_EXHAUSTED"/s,
+    'RESOURCE_EXHAUSTED, naming the setting',
+  );
+  t.equal((await app.inject({ method: 'GET', url: `${v1}/topics/top` })).statusCode, 200, 'calls without a body go on');
+  slow.socket.destroy();
+  const body = JSON.stringify({ messages: [{ data: Buffer.from('hi').toString('base64') }] });
+  let answer = '';
+  await waitUntil(async () => (answer = await publish(body.length, body).answer).startsWith('HTTP/1.1 200'), 5000, 50);
+  t.match(answer, /^HTTP\/1.1 200/, 'a body abandoned gives its bytes back');
+  const large = JSON.stringify({ messages: [{ data: Buffer.alloc(500_000).toString('base64') }] });
+  for (const time of ['first', 'second']) {
+    t.match(await publish(large.length, large).answer, /^HTTP\/1.1 200/, `a large body answered (${time})`);
+  }
+});

@@ -121,6 +121,7 @@ t.test('limits: Pub/Sub quotas and finite defaults, each a setting; the rate lim
     MAX_STREAMS: 10_000,
     MAX_LONG_POLLS: 10_000,
     MAX_CONNECTIONS: 10_000,
+    MAX_BODY_MIB_IN_FLIGHT: 1024,
   });
   t.equal(config.RATE_LIMIT_PER_SECOND, undefined);
   t.equal(loadConfig({ MAX_TOPICS_PER_PROJECT: '50' }).MAX_TOPICS_PER_PROJECT, 50);
