@@ -13,5 +13,5 @@ export function httpCaller(
   request: FastifyRequest,
   signal?: AbortSignal,
 ): CallContext {
-  return { principal: request.principal, endpoint, region: broker.regions.local.name, signal };
+  return { principal: request.principal, address: request.ip, endpoint, region: broker.regions.local.name, signal };
 }

@@ -14,7 +14,7 @@ import type { Server as TlsServer } from 'node:tls';
 import { authenticateRequests, chooseSubprotocol, redactedUrl } from '../routes/authentication.ts';
 import { allowOrigins } from '../routes/cors.ts';
 import { registerRoutes } from '../routes/index.ts';
-import { DEFAULT_BODY_LIMIT, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
+import { DEFAULT_BODY_LIMIT, limitBodiesInFlight, limitRequestRate, MAX_STREAM_FRAME_BYTES } from '../routes/limits.ts';
 import { type Broker, type BrokerConfig, createBroker } from './broker/broker.ts';
 import type { Authentication } from './auth/authentication.ts';
 import { ApiError, invalidArgument, invalidJsonBody, unexpectedError } from './errors.ts';
@@ -46,6 +46,13 @@ export interface HttpOptions {
   corsOrigins?: string[];
   /** A certificate and its key (PEM): HTTPS, and gRPC over TLS, on the one port. */
   tls?: { cert: Buffer; key: Buffer };
+  /**
+   * Open connections the server keeps at most (HTTP, WebSocket and gRPC alike, MAX_CONNECTIONS);
+   * one more is closed as soon as it is accepted. No limit when absent.
+   */
+  maxConnections?: number;
+  /** Bytes of request bodies the server holds at once (MAX_BODY_MIB_IN_FLIGHT); no limit when absent. */
+  maxBodyBytesInFlight?: number;
 }
 
 export interface RegisteredRoute {
@@ -108,6 +115,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }));
   app.decorate('broker', broker);
   const { ctx } = broker;
+  // Counts every accepted socket, those handed to the gRPC server too (one-port.ts).
+  if (options.maxConnections !== undefined) app.server.maxConnections = options.maxConnections;
 
   const grpc =
     options.grpc === false
@@ -185,6 +194,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     checkUpgrades: (options.corsOrigins ?? []).length > 0 || options.authentication !== undefined,
   });
   if (options.authentication) authenticateRequests(app, options.authentication);
+  limitRequestRate(app, broker);
+  if (options.maxBodyBytesInFlight !== undefined) limitBodiesInFlight(app, options.maxBodyBytesInFlight);
   await app.register(registerRoutes, { broker: app.broker });
   return app;
 }

@@ -127,6 +127,9 @@ const commaList = <T extends z.ZodType<string>>(entry: T) =>
 
 const flag = z.enum(['true', 'false']).transform((value) => value === 'true');
 
+/** A limit: a whole number of at least 1 (src/broker/limits.ts says what each one bounds). */
+const limit = z.coerce.number().int().min(1);
+
 const environmentSchema = z.object({
   PORT: portNumber.default(8085),
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -168,6 +171,23 @@ const environmentSchema = z.object({
   TLS_KEY_FILE: z.string().min(1).optional(),
   /** Listening beyond loopback without authentication needs this said explicitly. */
   ALLOW_UNAUTHENTICATED: flag.default(false),
+  /**
+   * Limits that protect the broker (README, _Limits_), each refused with RESOURCE_EXHAUSTED. The
+   * resource counts follow Pub/Sub's quotas; the rest are generous but finite.
+   */
+  MAX_TOPICS_PER_PROJECT: limit.default(10_000),
+  MAX_SUBSCRIPTIONS_PER_PROJECT: limit.default(10_000),
+  MAX_SUBSCRIPTIONS_PER_TOPIC: limit.default(10_000),
+  MAX_SNAPSHOTS_PER_PROJECT: limit.default(5_000),
+  MAX_STREAMS_PER_SUBSCRIPTION: limit.default(1_000),
+  MAX_STREAMS: limit.default(10_000),
+  MAX_LONG_POLLS: limit.default(10_000),
+  /** Open connections (HTTP, WebSocket and gRPC alike); beyond it a new connection is closed at once. */
+  MAX_CONNECTIONS: limit.default(10_000),
+  /** MiB of HTTP request bodies received at once; a request whose body does not fit is refused. */
+  MAX_BODY_MIB_IN_FLIGHT: limit.default(1024),
+  /** Requests per second of one principal (or one address, without authentication); off when absent. */
+  RATE_LIMIT_PER_SECOND: z.coerce.number().positive().optional(),
   /**
    * Routes that answer without a credential while authentication is on. Probes of orchestrators
    * carry no token and these two reveal only that the broker is up and ready; /metrics names

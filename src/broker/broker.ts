@@ -4,10 +4,12 @@ import { Scripts } from '../redis/scripts.ts';
 import { ackIdCodecLoader } from './ack-id.ts';
 import { type AuthorizationSettings, Authorizer } from './authorization.ts';
 import { BacklogService } from './backlog.ts';
+import type { CallContext } from './call-context.ts';
 import { type Clock, nowUs as clockNowUs, PublishClock, redisClock, redisTimeUs } from './clock.ts';
 import type { BrokerContext } from './context.ts';
 import { ControlPlane, loadAckSecret } from './control-plane.ts';
 import { DeliveryService } from './delivery.ts';
+import { type BrokerLimits, DEFAULT_LIMITS, longPollPlaces, RequestRateLimiter, ResourceLimits } from './limits.ts';
 import { BrokerMetrics } from './metrics.ts';
 import { ReplayService } from './replay.ts';
 import { PushService } from './push.ts';
@@ -61,6 +63,8 @@ export interface BrokerConfig {
   log?: BrokerLog;
   /** Who may do what (authorization.ts). Default: every call is allowed (no one is authenticated). */
   authorization?: AuthorizationSettings;
+  /** The limits that protect it (limits.ts); each one absent keeps its default. */
+  limits?: Partial<BrokerLimits>;
   /** Push delivery (push.ts). */
   push?: {
     /** The hosts push endpoints may name: '*' (the default) for any. */
@@ -103,6 +107,13 @@ export interface Broker {
   iam: Authorizer;
   /** The Prometheus metrics (metrics.ts). */
   metrics: BrokerMetrics;
+  /** The limits in force (limits.ts). */
+  limits: BrokerLimits;
+  /**
+   * Counts one call of the caller against the request rate limit, if there is one: throws
+   * RESOURCE_EXHAUSTED past it. Every front end calls it once per call, before the call runs.
+   */
+  admit(caller: CallContext): void;
   /**
    * One pass of the janitor: interrupted creates and deletes cleaned up, idle subscriptions and
    * snapshots past their expireTime deleted, retained logs expired.
@@ -141,13 +152,17 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     (config.regions?.others ?? []).map((other) => makeRegion(other.name, other.redis, other.subscriber)),
   );
   const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
+  const limits: BrokerLimits = { ...DEFAULT_LIMITS, ...config.limits };
+  const resourceLimits = new ResourceLimits(limits);
+  const rateLimiter =
+    limits.requestsPerSecond === undefined ? undefined : new RequestRateLimiter(limits.requestsPerSecond);
   const iam = new Authorizer(
     regions,
     controlPlane,
     config.authorization ?? { enforce: false, configured: () => new Map() },
   );
-  const topics = new TopicService(regions, controlPlane, iam);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics, iam, config.push?.hosts);
+  const topics = new TopicService(regions, controlPlane, iam, resourceLimits);
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics, iam, config.push?.hosts, resourceLimits);
   const metrics = new BrokerMetrics(regions);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     metrics,
@@ -156,9 +171,13 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     pullWaitMs: config.pullWaitMs ?? 20_000,
     rememberTopicMs: config.rememberTopicMs ?? 1000,
     stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
+    longPolls: longPollPlaces(limits.longPolls),
   });
-  const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000);
-  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions, iam);
+  const streams = new StreamRegistry(delivery, subscriptions, config.streamHeartbeatMs ?? 15_000, {
+    streams: limits.streams,
+    perSubscription: limits.streamsPerSubscription,
+  });
+  const snapshots = new SnapshotService(regions, controlPlane, topics, subscriptions, iam, resourceLimits);
   const replay = new ReplayService(regions, topics, subscriptions, snapshots, iam);
   const backlog = new BacklogService(regions, subscriptions, topics, iam);
   // No region serves until its store is known to be in this broker's storage format.
@@ -224,6 +243,8 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     backlog,
     iam,
     metrics,
+    limits,
+    admit: (caller) => rateLimiter?.admit(caller),
     collectGarbage,
     close: () => (closing ??= close()),
   };

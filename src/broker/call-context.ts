@@ -6,6 +6,11 @@
 export interface CallContext {
   /** The authenticated principal, once a front end authenticates callers. */
   principal?: string;
+  /**
+   * The address the caller connects from (the rate limit tells callers without a principal
+   * apart by it: limits.ts).
+   */
+  address?: string;
   /** The front end the call came through. */
   endpoint: 'rest' | 'websocket' | 'grpc' | 'internal';
   /** The region whose endpoint took the call ('' without regions). */

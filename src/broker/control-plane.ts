@@ -7,6 +7,7 @@ import {
   finishCleanup,
   markCleanup,
   type PutStateCall,
+  type PutStateResult,
   putDataOwner,
   putProjectPolicy,
   putTopic,
@@ -28,6 +29,7 @@ import {
   type TopicRecord,
   versionOf,
 } from './records.ts';
+import type { CreateLimit } from './limits.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
 import { Rerun } from './rerun.ts';
 
@@ -59,6 +61,15 @@ interface PutResult {
   applied: boolean;
   /** The state the put found in that region (replaced, if it applied). */
   current: string;
+  /** A create refused for a limit: the project's or the topic's. */
+  full?: 'project' | 'topic';
+}
+
+/** What a put that did not apply tells the caller. */
+function unapplied(put: Exclude<PutStateResult, { kind: 'written' }>): PutResult {
+  return put.kind === 'full'
+    ? { applied: false, current: '', full: put.scope }
+    : { applied: false, current: put.current };
 }
 
 /** Periodic sync: heals regions that missed a write without losing their connection. */
@@ -81,7 +92,7 @@ const dataRef = (record: { topicUid: string; uid: string; name: string }) =>
   `${record.topicUid}/${record.uid}/${record.name}`;
 
 /** What a put-topic or put-data-owner call writes: `state` in place of `expected` ('cas') or of anything older ('newer'). */
-function stateCall(state: State, mode: 'cas' | 'newer', expected: string): PutStateCall {
+function stateCall(state: State, mode: 'cas' | 'newer', expected: string, limit?: CreateLimit): PutStateCall {
   return {
     mode,
     expected,
@@ -89,6 +100,7 @@ function stateCall(state: State, mode: 'cas' | 'newer', expected: string): PutSt
     json: JSON.stringify(state),
     version: state.version,
     tombstone: isTombstone(state),
+    limits: limit?.counts,
   };
 }
 
@@ -181,22 +193,43 @@ export class ControlPlane {
   /**
    * Creates a name: the record `build` makes (for the version after the name's current state)
    * is written unless the name holds a live record at the arbiter, or a write decided elsewhere
-   * at the same time meets this one; both are ALREADY_EXISTS.
+   * at the same time meets this one; both are ALREADY_EXISTS. With `limit`, the count it bounds
+   * is checked in the script that does the compare-and-set at the arbiter, so concurrent creates
+   * never pass it (RESOURCE_EXHAUSTED); only two nodes that disagree on the arbiter at that
+   * moment could each add one.
    */
   async create<T extends ControlRecord>(
     kind: Kind,
     name: ResourceName,
     build: (version: number) => T | Promise<T>,
+    limit?: CreateLimit,
   ): Promise<T> {
     for (;;) {
       const arbiter = this.regions.arbiter();
       const current = await this.readState(arbiter, kind, name.full);
       if (current && !isTombstone(JSON.parse(current) as State)) throw alreadyExists(name.id);
       const record = await build(versionOf(current) + 1);
-      const outcome = await this.write(kind, arbiter, current, record);
+      const outcome = await this.write(kind, arbiter, current, record, limit);
       if (outcome === 'written') return record;
       if (outcome === 'conflict') throw alreadyExists(name.id);
+      if (outcome !== 'changed') throw limit!.refusal(outcome === 'project-full' ? 'project' : 'topic');
     }
+  }
+
+  /**
+   * Throws `limit`'s refusal if the project holds as many names of the kind as it allows at the
+   * arbiter: a create that does costly work first (a snapshot's capture) is refused before it.
+   * The create itself decides.
+   */
+  async checkProjectLimit(kind: Kind, limit: CreateLimit): Promise<void> {
+    const arbiter = this.regions.arbiter();
+    const { keys, redis } = arbiter.ctx;
+    const index =
+      kind === 'topic' ? keys.topicIndex : kind === 'snapshot' ? keys.snapshotIndex : keys.subscriptionIndex;
+    const { projectPrefix, perProject } = limit.counts;
+    // The same range as prefix_full in prelude.lua: resource names are ASCII, all below \xff.
+    const count = await redis.zlexcount(index, `[${projectPrefix}`, `(${projectPrefix}\xff`);
+    if (count >= perProject) throw limit.refusal('project');
   }
 
   /**
@@ -231,15 +264,19 @@ export class ControlPlane {
    *               decided at another arbiter at the same time (two nodes disagreed on the first
    *               usable region, e.g. while it was coming back). Copies settle on one of the two
    *               (the greater JSON); the caller reports a create as ALREADY_EXISTS and decides
-   *               an update or delete again.
+   *               an update or delete again;
+   *   'project-full', 'topic-full'  a create refused at the arbiter: `limit` reached.
    */
   async write(
     kind: Kind,
     arbiter: Region,
     expected: string,
     state: State,
-  ): Promise<'written' | 'changed' | 'conflict'> {
-    if (!(await this.put(kind, arbiter, state, 'cas', expected)).applied) return 'changed';
+    limit?: CreateLimit,
+  ): Promise<'written' | 'changed' | 'conflict' | 'project-full' | 'topic-full'> {
+    const decided = await this.put(kind, arbiter, state, 'cas', expected, limit);
+    if (decided.full) return `${decided.full}-full`;
+    if (!decided.applied) return 'changed';
     const json = JSON.stringify(state);
     const others = this.regions.all.filter((region) => region !== arbiter && region.reachable);
     const copies = await Promise.all(
@@ -357,16 +394,16 @@ export class ControlPlane {
     state: State,
     mode: 'cas' | 'newer',
     expected = '',
+    limit?: CreateLimit,
   ): Promise<PutResult> {
-    if (kind === 'topic') return this.putTopic(region, state as TopicRecord | Tombstone, mode, expected);
+    const call = stateCall(state, mode, expected, limit);
+    if (kind === 'topic') return this.putTopic(region, state as TopicRecord | Tombstone, call);
     if (kind === 'project') {
-      const put = await putProjectPolicy(region.ctx.scripts, region.ctx.keys, stateCall(state, mode, expected));
-      return put.kind === 'refused'
-        ? { applied: false, current: put.current }
-        : { applied: true, current: put.previous };
+      const put = await putProjectPolicy(region.ctx.scripts, region.ctx.keys, call);
+      return put.kind === 'written' ? { applied: true, current: put.previous } : unapplied(put);
     }
-    if (kind === 'snapshot') return this.putSnapshot(region, state as SnapshotRecord | Tombstone, mode, expected);
-    return this.putSubscription(region, state as SubscriptionRecord | Tombstone, mode, expected);
+    if (kind === 'snapshot') return this.putSnapshot(region, state as SnapshotRecord | Tombstone, call);
+    return this.putSubscription(region, state as SubscriptionRecord | Tombstone, call);
   }
 
   /**
@@ -374,19 +411,11 @@ export class ControlPlane {
    * a put that ends a record (a tombstone, or another incarnation of the name) lets go of the
    * ended one's data here.
    */
-  private async putSnapshot(
-    region: Region,
-    state: SnapshotRecord | Tombstone,
-    mode: 'cas' | 'newer',
-    expected: string,
-  ): Promise<PutResult> {
+  private async putSnapshot(region: Region, state: SnapshotRecord | Tombstone, call: PutStateCall): Promise<PutResult> {
     const { keys, scripts, clock } = region.ctx;
     const topicUid = state.topicUid ?? '';
-    const put = await putDataOwner(scripts, keys, 'snapshot', topicUid, {
-      ...stateCall(state, mode, expected),
-      time: clock.scriptTime(),
-    });
-    if (put.kind === 'refused') return { applied: false, current: put.current };
+    const put = await putDataOwner(scripts, keys, 'snapshot', topicUid, { ...call, time: clock.scriptTime() });
+    if (put.kind !== 'written') return unapplied(put);
     const previous = put.previous ? (JSON.parse(put.previous) as SnapshotRecord | Tombstone) : undefined;
     if (previous && !isTombstone(previous) && (isTombstone(state) || previous.uid !== state.uid)) {
       await this.dropSnapshotData(region, previous.topicUid, previous.uid);
@@ -395,20 +424,15 @@ export class ControlPlane {
     return { applied: true, current: put.previous };
   }
 
-  private async putTopic(
-    region: Region,
-    state: TopicRecord | Tombstone,
-    mode: 'cas' | 'newer',
-    expected: string,
-  ): Promise<PutResult> {
+  private async putTopic(region: Region, state: TopicRecord | Tombstone, call: PutStateCall): Promise<PutResult> {
     const { keys, scripts } = region.ctx;
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
     if (deleted) await deleteTopicData(scripts, keys.topicData(state.uid));
     // Its log is expired by the janitor (replay.ts) from before its first retained message.
     if (!deleted && state.messageRetentionDuration) await region.ctx.redis.sadd(keys.retainingTopics, state.uid);
-    const put = await putTopic(scripts, keys, state.uid, stateCall(state, mode, expected));
-    if (put.kind === 'refused') return { applied: false, current: put.current };
+    const put = await putTopic(scripts, keys, state.uid, call);
+    if (put.kind !== 'written') return unapplied(put);
     const previousJson = put.previous;
     const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
     // This region still had an older incarnation of the name (it missed a delete and a create).
@@ -422,9 +446,9 @@ export class ControlPlane {
   private async putSubscription(
     region: Region,
     state: SubscriptionRecord | Tombstone,
-    mode: 'cas' | 'newer',
-    expected: string,
+    call: PutStateCall,
   ): Promise<PutResult> {
+    const { mode, expected } = call;
     const { keys, scripts, clock } = region.ctx;
     const deleted = isTombstone(state);
     const topicUid = deleted ? (state.topicUid ?? '') : state.topicUid;
@@ -439,17 +463,14 @@ export class ControlPlane {
       expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && !detached && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
-    const put = await putDataOwner(scripts, keys, 'subscription', topicUid, {
-      ...stateCall(state, mode, expected),
-      time: clock.scriptTime(),
-    });
-    if (put.kind === 'refused') {
-      // A fresh incarnation that lost: nobody else can have attached its uid.
+    const put = await putDataOwner(scripts, keys, 'subscription', topicUid, { ...call, time: clock.scriptTime() });
+    if (put.kind !== 'written') {
+      // A fresh incarnation that lost (or was over a limit): nobody else can have attached its uid.
       if (attachFirst && mode === 'cas') {
         await this.dropData(region, topicUid, state.uid);
         await this.finishCleanup(region, dataRef(state as SubscriptionRecord));
       }
-      return { applied: false, current: put.current };
+      return unapplied(put);
     }
     const previousJson = put.previous;
     if (!deleted && !detached && !attachFirst) await this.attach(region, state, false);

@@ -4,6 +4,7 @@ import type { AckIdCodec, Delivery } from './ack-id.ts';
 import { checkDeadlineChange } from './ack-deadline.ts';
 import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
+import type { Places } from './limits.ts';
 import type { BrokerMetrics } from './metrics.ts';
 import { DeadLetters } from './dead-letters.ts';
 import type { ResourceName } from './names.ts';
@@ -28,6 +29,8 @@ export interface DeliveryOptions {
   stageBodiesFromBytes: number;
   metrics: BrokerMetrics;
   authorizer: Authorizer;
+  /** The places of pulls that wait for messages on this node (MAX_LONG_POLLS). */
+  longPolls: Places;
 }
 
 export interface PublishRequest {
@@ -73,7 +76,7 @@ export class DeliveryService {
     private readonly regions: Regions,
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
-    options: DeliveryOptions,
+    private readonly options: DeliveryOptions,
   ) {
     const { metrics } = options;
     this.authorizer = options.authorizer;
@@ -124,10 +127,14 @@ export class DeliveryService {
     const record = await this.readPullable(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
-    return this.unlessDetached(
-      name,
-      this.puller.pull(record, request.maxMessages, request.returnImmediately === true, signal),
-    );
+    const returnImmediately = request.returnImmediately === true;
+    // A pull that may wait holds a place while it runs; none left: RESOURCE_EXHAUSTED.
+    const leave = returnImmediately ? undefined : this.options.longPolls.enter();
+    try {
+      return await this.unlessDetached(name, this.puller.pull(record, request.maxMessages, returnImmediately, signal));
+    } finally {
+      leave?.();
+    }
   }
 
   async acknowledge(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<void> {

@@ -6,6 +6,7 @@ import { Scripts } from '../redis/scripts.ts';
 import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
+import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
 import { formatTimestampUs, parseTimestampUs } from './durations.ts';
 import { checkUpdateMask, notImplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
@@ -73,6 +74,7 @@ export class SnapshotService {
     private readonly topics: TopicService,
     private readonly subscriptions: SubscriptionService,
     private readonly authorizer: Authorizer,
+    private readonly limits = new ResourceLimits(DEFAULT_LIMITS),
   ) {}
 
   async create(caller: CallContext, name: ResourceName, request: CreateSnapshotRequest): Promise<Snapshot> {
@@ -88,6 +90,8 @@ export class SnapshotService {
     // Refused before anything is captured (the create itself checks again).
     const current = await this.controlPlane.readState(this.regions.arbiter(), 'snapshot', name.full);
     if (current && !isTombstone(JSON.parse(current) as State)) throw alreadyExists(name.id);
+    const limit = this.limits.snapshot(name);
+    await this.controlPlane.checkProjectLimit('snapshot', limit);
     const unusable = this.regions.all.find((region) => !region.usable);
     if (unusable) {
       throw unavailable(`The message store of region ${unusable.name} cannot be reached; retry creating the snapshot.`);
@@ -114,16 +118,21 @@ export class SnapshotService {
             'was published almost seven days ago.',
         );
       }
-      const record = await this.controlPlane.create<SnapshotRecord>('snapshot', name, (version) => ({
-        name: name.full,
-        topic: subscription.topic,
-        topicUid: subscription.topicUid,
-        uid,
-        version,
-        expireTime: formatTimestampUs(expireUs),
-        ...settings,
-        ...(subscription.filter !== undefined ? { filter: subscription.filter } : {}),
-      }));
+      const record = await this.controlPlane.create<SnapshotRecord>(
+        'snapshot',
+        name,
+        (version) => ({
+          name: name.full,
+          topic: subscription.topic,
+          topicUid: subscription.topicUid,
+          uid,
+          version,
+          expireTime: formatTimestampUs(expireUs),
+          ...settings,
+          ...(subscription.filter !== undefined ? { filter: subscription.filter } : {}),
+        }),
+        limit,
+      );
       return renderSnapshot(record, await this.topics.find(record.topic));
     } catch (error) {
       // Undone where it can be now; a region that fails here keeps the mark for the janitor.

@@ -63,6 +63,8 @@ export interface StreamingPullRequest {
 export interface StreamingOptions {
   /** An idle stream gets an empty frame at least this often (Pub/Sub clients expect ~15 s). */
   heartbeatMs: number;
+  /** Asked before the stream starts on its subscription; throws to refuse it (the stream limits: streams.ts). */
+  admit?(record: SubscriptionRecord): void;
 }
 
 /**
@@ -191,7 +193,9 @@ export class StreamingSession {
     this.maxMessages = Math.max(0, frame.maxOutstandingMessages ?? 0);
     this.maxBytes = Math.max(0, frame.maxOutstandingBytes ?? 0);
     await this.delivery.requireConsume(this.caller, this.name);
-    this.record = await this.delivery.readPullable(this.name);
+    const record = await this.delivery.readPullable(this.name);
+    this.options.admit?.(record);
+    this.record = record;
     await this.delivery.checkSubscribeRegion(this.record);
     this.sendProperties();
     this.heartbeat = setInterval(

@@ -1,12 +1,20 @@
 import { unavailable } from '../errors.ts';
 import type { CallContext } from './call-context.ts';
 import type { DeliveryService, Settled } from './delivery.ts';
+import { resourceExhausted } from './limits.ts';
 import type { ResourceName } from './names.ts';
+import type { SubscriptionRecord } from './records.ts';
 import type { SettleOutcome } from './settlement.ts';
 import { StreamingSession, type StreamTransport } from './streaming.ts';
 import type { SubscriptionService } from './subscriptions.ts';
 
 const shuttingDown = () => unavailable('The server is shutting down; reconnect.');
+
+/** How many streams a node keeps open, in all and per subscription (MAX_STREAMS, MAX_STREAMS_PER_SUBSCRIPTION). */
+export interface StreamLimits {
+  streams: number;
+  perSubscription: number;
+}
 
 /**
  * The streaming sessions of this node, so that shutdown can end them (clients then reconnect),
@@ -17,12 +25,15 @@ const shuttingDown = () => unavailable('The server is shutting down; reconnect.'
  */
 export class StreamRegistry {
   private readonly sessions = new Set<StreamingSession>();
+  /** The sessions whose transport is open: what the limits count. */
+  private readonly live = new Set<StreamingSession>();
   private closing = false;
 
   constructor(
     private readonly delivery: DeliveryService,
     private readonly subscriptions: SubscriptionService,
     readonly heartbeatMs: number,
+    private readonly limits: StreamLimits,
   ) {
     delivery.onSettled((settled) => this.announce(settled));
     delivery.recognizeIssued((record) => {
@@ -70,19 +81,43 @@ export class StreamRegistry {
     };
   }
 
-  /** `name` undefined: the stream's first frame names its subscription. */
+  /**
+   * `name` undefined: the stream's first frame names its subscription. RESOURCE_EXHAUSTED when the
+   * node holds MAX_STREAMS open streams (the official clients reopen a stream refused so, with
+   * backoff); the front end then ends the stream with it.
+   */
   open(caller: CallContext, name: ResourceName | undefined, transport: StreamTransport): StreamingSession {
+    if (this.live.size >= this.limits.streams) {
+      throw resourceExhausted(
+        `This server already holds ${this.limits.streams} open streaming pulls (MAX_STREAMS): reconnect later.`,
+      );
+    }
     const session = new StreamingSession(caller, name, transport, this.delivery, this.subscriptions, {
       heartbeatMs: this.heartbeatMs,
+      admit: (record) => this.admit(record),
     });
     this.sessions.add(session);
+    this.live.add(session);
     // A stream opened while the broker shuts down is ended at once, as the open ones were (after
     // the front end has wired it up).
     if (this.closing) queueMicrotask(() => session.fail(shuttingDown()));
     return session;
   }
 
+  /** A stream about to start on `record`: refused past MAX_STREAMS_PER_SUBSCRIPTION (on this node). */
+  private admit(record: SubscriptionRecord): void {
+    let streams = 0;
+    for (const session of this.live) if (session.subscriptionUid === record.uid) streams++;
+    if (streams >= this.limits.perSubscription) {
+      throw resourceExhausted(
+        `The subscription ${record.name} already has ${this.limits.perSubscription} open streaming pulls on this ` +
+          'server (MAX_STREAMS_PER_SUBSCRIPTION): close some, or reconnect later.',
+      );
+    }
+  }
+
   closed(session: StreamingSession): void {
+    this.live.delete(session);
     session.stop();
     void session.drained().then(() => this.sessions.delete(session));
   }
@@ -97,6 +132,7 @@ export class StreamRegistry {
     for (const session of this.sessions) session.fail(shuttingDown());
     await this.settled();
     this.sessions.clear();
+    this.live.clear();
   }
 
   /** Shutdown: ends every stream, and from now on every stream that opens. */

@@ -3,6 +3,7 @@ import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import { touchSubscription } from '../redis/calls/delivery.ts';
 import type { ControlPlane } from './control-plane.ts';
+import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
 import { parseDurationSeconds } from './durations.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
@@ -64,6 +65,7 @@ export class SubscriptionService {
     private readonly authorizer: Authorizer,
     /** The hosts push endpoints may name (PUSH_ENDPOINT_HOSTS). */
     private readonly pushHosts: PushHosts = '*',
+    private readonly limits = new ResourceLimits(DEFAULT_LIMITS),
   ) {}
 
   async create(caller: CallContext, name: ResourceName, subscription: SubscriptionInput): Promise<Subscription> {
@@ -80,10 +82,15 @@ export class SubscriptionService {
     this.regions.requireLocal();
     await this.requireDeadLetterTopic(settings.deadLetterPolicy);
     let topic: TopicRecord | undefined;
-    const record = await this.controlPlane.create<SubscriptionRecord>('subscription', name, async (version) => {
-      topic ??= await this.topics.read(topicName);
-      return { name: name.full, topic: topicName.full, topicUid: topic.uid, uid: newUid(), version, ...settings };
-    });
+    const record = await this.controlPlane.create<SubscriptionRecord>(
+      'subscription',
+      name,
+      async (version) => {
+        topic ??= await this.topics.read(topicName);
+        return { name: name.full, topic: topicName.full, topicUid: topic.uid, uid: newUid(), version, ...settings };
+      },
+      this.limits.subscription(name, topicName.full),
+    );
     return renderSubscription(record, topic);
   }
 

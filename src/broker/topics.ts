@@ -2,6 +2,7 @@ import { invalidArgument, notFound } from '../errors.ts';
 import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
+import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import type { ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
@@ -29,6 +30,7 @@ export class TopicService {
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
     private readonly authorizer: Authorizer,
+    private readonly limits = new ResourceLimits(DEFAULT_LIMITS),
   ) {}
 
   async create(caller: CallContext, name: ResourceName, topic: TopicInput): Promise<Topic> {
@@ -37,12 +39,12 @@ export class TopicService {
     refuseUnimplemented(TOPIC_FIELDS, topic);
     const settings = this.checkRegions(settleAll(TOPIC_FIELDS, topic));
     this.regions.requireLocal();
-    const record = await this.controlPlane.create<TopicRecord>('topic', name, (version) => ({
-      name: name.full,
-      uid: newUid(),
-      version,
-      ...settings,
-    }));
+    const record = await this.controlPlane.create<TopicRecord>(
+      'topic',
+      name,
+      (version) => ({ name: name.full, uid: newUid(), version, ...settings }),
+      this.limits.topic(name),
+    );
     return renderTopic(record);
   }
 

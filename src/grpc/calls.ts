@@ -28,19 +28,33 @@ export interface GrpcServices {
 
 /**
  * The caller context of a gRPC call, authenticated by its `authorization: Bearer <token>`
- * metadata (UNAUTHENTICATED without a valid one); `signal` is aborted when the call is cancelled
- * or its deadline passes.
+ * metadata (UNAUTHENTICATED without a valid one) and counted against the request rate limit
+ * (RESOURCE_EXHAUSTED past it); `signal` is aborted when the call is cancelled or its deadline
+ * passes.
  */
 export async function grpcCaller(
   { broker, authentication }: GrpcServices,
-  metadata: Metadata,
+  call: { metadata: Metadata; getPeer(): string },
   signal?: AbortSignal,
 ): Promise<CallContext> {
-  const [authorization] = metadata.get('authorization');
+  const [authorization] = call.metadata.get('authorization');
   const principal = authentication
     ? await authentication.principalOf(bearerToken(typeof authorization === 'string' ? authorization : undefined))
     : undefined;
-  return { principal, endpoint: 'grpc', region: broker.regions.local.name, signal };
+  const caller: CallContext = {
+    principal,
+    address: peerAddress(call.getPeer()),
+    endpoint: 'grpc',
+    region: broker.regions.local.name,
+    signal,
+  };
+  broker.admit(caller);
+  return caller;
+}
+
+/** The address of a grpc-js peer (`127.0.0.1:5000`, `[::1]:5000`), without its port. */
+export function peerAddress(peer: string): string {
+  return peer.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
 }
 
 /** The gRPC status for anything a handler threw; internal failures are logged, never echoed. */
@@ -66,7 +80,7 @@ export function unary<Request, Response>(
     };
     // A handler that throws before its first await (a missing name) is answered like one that
     // rejects: it runs inside then().
-    grpcCaller(services, call.metadata, cancelled.signal)
+    grpcCaller(services, call, cancelled.signal)
       .then((caller) => run(decoded(call.request), caller))
       .then(
         (response) => {

@@ -23,11 +23,17 @@ export interface GrpcFrontEnd {
 
 /** Calls still running this long after close() began are cancelled. */
 const SHUTDOWN_GRACE_MS = 10_000;
+/**
+ * A connection without a call for this long is closed (GOAWAY; clients reconnect when they next
+ * call), so that idle connections do not pile up against MAX_CONNECTIONS.
+ */
+const IDLE_CONNECTION_MS = 5 * 60_000;
 
 export function createGrpcFrontEnd(broker: Broker, log: GrpcLog, authentication?: Authentication): GrpcFrontEnd {
   const server = new Server({
     // A publish may carry 10 MB of data, as over REST (grpc-js takes 4 MiB by default).
     'grpc.max_receive_message_length': PUBLISH_BODY_LIMIT,
+    'grpc.max_connection_idle_ms': IDLE_CONNECTION_MS,
   });
   const services = { broker, log, authentication };
   server.addService(PUBLISHER_SERVICE, publisherService(services));

@@ -38,7 +38,7 @@ export function shareWithGrpc(http: Server, grpc: ConnectionTaker): void {
       socket.setTimeout(0);
       socket.pause();
       socket.unshift(seen);
-      if (opensHttp2) return grpc.injectConnection(socket);
+      if (opensHttp2) return handOver(socket, grpc);
       for (const handler of httpHandlers) handler.call(http, socket);
       // The HTTP server reads from a paused socket only once it flows again.
       socket.resume();
@@ -47,6 +47,18 @@ export function shareWithGrpc(http: Server, grpc: ConnectionTaker): void {
     socket.on('error', dropSilent);
     if (http.headersTimeout > 0) socket.setTimeout(http.headersTimeout, dropSilent);
   });
+}
+
+/**
+ * Gives a connection to the gRPC server. The HTTP server accepts its sockets half-open (a client
+ * that ends its side may still read an answer), and an HTTP/2 session never ends its side by
+ * itself: a gRPC client that went away with a plain FIN, without a GOAWAY (a crash, a dropped
+ * flood), would keep its socket open for ever. A gRPC connection closes when its peer's side
+ * ends.
+ */
+function handOver(socket: Socket, grpc: ConnectionTaker): void {
+  socket.allowHalfOpen = false;
+  grpc.injectConnection(socket);
 }
 
 /**
@@ -65,7 +77,7 @@ export function shareTlsWithGrpc(https: TlsServer, grpc: ConnectionTaker): void 
   const httpHandlers = https.listeners('secureConnection') as ((socket: TLSSocket) => void)[];
   https.removeAllListeners('secureConnection');
   https.on('secureConnection', (socket: TLSSocket) => {
-    if (socket.alpnProtocol === 'h2') return grpc.injectConnection(socket);
+    if (socket.alpnProtocol === 'h2') return handOver(socket, grpc);
     for (const handler of httpHandlers) handler.call(https, socket);
   });
 }

@@ -1,6 +1,6 @@
 import type { ServerDuplexStream } from '@grpc/grpc-js';
 import type { CallContext } from '../broker/call-context.ts';
-import type { StreamTransport } from '../broker/streaming.ts';
+import type { StreamingSession, StreamTransport } from '../broker/streaming.ts';
 import { parseBody } from '../schemas/common.ts';
 import { streamingPullFrameSchema } from '../schemas/streaming.ts';
 import { decoded, type GrpcServices, grpcCaller, statusOf } from './calls.ts';
@@ -17,7 +17,7 @@ export function streamingPull(services: GrpcServices, call: ServerDuplexStream<o
   // Requests that come meanwhile wait in the call's buffer: nothing reads it before the caller is known.
   let cancelled = false;
   call.on('cancelled', () => (cancelled = true));
-  grpcCaller(services, call.metadata).then(
+  grpcCaller(services, call).then(
     (caller) => {
       if (!cancelled) serve(services, call, caller);
     },
@@ -54,7 +54,15 @@ function serve(services: GrpcServices, call: ServerDuplexStream<object, object>,
     },
     blocked: () => drained,
   };
-  const session = broker.streams.open(caller, undefined, transport);
+  let session: StreamingSession;
+  try {
+    session = broker.streams.open(caller, undefined, transport);
+  } catch (error) {
+    // Refused (too many streams): ended with its status, which the official clients retry.
+    ended = true;
+    call.emit('error', statusOf(services, error));
+    return;
+  }
   call.on('data', (request: object) =>
     session.receive(() => parseBody(streamingPullFrameSchema, decoded(request), 'streaming pull request')),
   );

@@ -14,6 +14,8 @@ local REPLY_FORWARDED_BEFORE = -4 -- publish: a forwarded message was stored bef
 local REPLY_PAST_RETENTION = -6 -- publish: a message is scheduled past the retention of a subscription taking it
 local REPLY_LEASES_REFUSED = -7 -- acknowledge-and-publish: not every lease is current; nothing changed
 local REPLY_PUBLISH_REFUSED = -8 -- acknowledge-and-publish: its publish refused; nothing changed
+local REPLY_PROJECT_FULL = -9 -- put-topic, put-data-owner: a create past the project's limit of names of its kind
+local REPLY_TOPIC_FULL = -10 -- put-data-owner: a create past the topic's limit of subscriptions
 -- Per delivery (acknowledge, acknowledge-ordered, modify-ack-deadline).
 local DELIVERY_GONE = 0 -- no such lease: acknowledged, superseded, nacked, or unknown
 local DELIVERY_APPLIED = 1
@@ -428,4 +430,17 @@ local function may_put(mode, expected, new_json, new_version, current)
   local current_version = cjson.decode(current).version or 0
   if new_version ~= current_version then return new_version > current_version end
   return new_json > current
+end
+
+-- Whether a 'cas' put of a record (not a tombstone) creates its name: no live record holds it.
+-- Only a create is held to the resource limits (src/broker/limits.ts); updates and copies never are.
+local function creates_name(mode, is_tombstone, current)
+  return mode == 'cas' and is_tombstone ~= '1' and (current == '' or cjson.decode(current).deleted == true)
+end
+
+-- Whether the names in `index_key` (a name index, score 0) that start with `prefix` already
+-- number `limit` or more ('' = no limit). ZLEXCOUNT costs O(log N), whatever the count.
+local function prefix_full(index_key, prefix, limit)
+  if limit == '' then return false end
+  return redis.call('ZLEXCOUNT', index_key, '[' .. prefix, '(' .. prefix .. '\255') >= tonumber(limit)
 end

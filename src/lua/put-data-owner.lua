@@ -17,8 +17,12 @@
   ARGV[5]    its version
   ARGV[6]    '1' if the new state is a tombstone
   ARGV[7]    time override in microseconds, or ''
+  ARGV[8]    a create's limits: the prefix of its project's names of the kind
+  ARGV[9]    how many of the kind the project may hold ('' = no limit)
+  ARGV[10]   how many of the kind its topic may have ('' = no limit)
   Returns    {REPLY_OK, previous state} written; {REPLY_REFUSED, current state} refused (see
-             may_put)
+             may_put); a create refused for a limit: {REPLY_PROJECT_FULL, ''} the project holds
+             its limit, {REPLY_TOPIC_FULL, ''} the topic has its limit
   Invariant: a recorded subscription is attached in this region unless it is detached; the
              data of a record that a put ends (deleted, detached, or replaced by another
              incarnation) is marked for clean-up.
@@ -28,6 +32,12 @@ local records_key, index_key, tombstones_key, topic_members_key, cleanups_key =
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(records_key, tombstones_key, name)
 if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
+if creates_name(ARGV[1], ARGV[6], current) then
+  if prefix_full(index_key, ARGV[8], ARGV[9]) then return { REPLY_PROJECT_FULL, '' } end
+  if ARGV[10] ~= '' and redis.call('ZCARD', topic_members_key) >= tonumber(ARGV[10]) then
+    return { REPLY_TOPIC_FULL, '' }
+  end
+end
 local new = cjson.decode(new_json)
 local function data_ref(state) return state.topicUid .. '/' .. state.uid .. '/' .. state.name end
 if current ~= '' then

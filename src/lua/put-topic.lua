@@ -11,8 +11,10 @@
   ARGV[4]    the new state (JSON)
   ARGV[5]    its version
   ARGV[6]    '1' if the new state is a tombstone
+  ARGV[7]    a create's limit: the prefix of its project's topic names
+  ARGV[8]    and how many topics the project may hold ('' = no limit)
   Returns    {REPLY_OK, previous state} written; {REPLY_REFUSED, current state} refused (see
-             may_put)
+             may_put); {REPLY_PROJECT_FULL, ''} a create refused: the project holds its limit
   Invariant: one state per name (record xor tombstone); the index holds exactly the recorded
              names; a region's copy only ever moves to a higher version.
 ]]
@@ -20,6 +22,9 @@ local topics_key, index_key, tombstones_key = KEYS[1], KEYS[2], KEYS[3]
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(topics_key, tombstones_key, name)
 if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
+if creates_name(ARGV[1], ARGV[6], current) and prefix_full(index_key, ARGV[7], ARGV[8]) then
+  return { REPLY_PROJECT_FULL, '' }
+end
 if ARGV[6] == '1' then
   redis.call('HDEL', topics_key, name)
   redis.call('ZREM', index_key, name)

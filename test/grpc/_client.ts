@@ -14,6 +14,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import type { Clock } from '../../src/broker/clock.ts';
+import type { BrokerLimits } from '../../src/broker/limits.ts';
 import { packageDefinition } from '../../src/grpc/protos.ts';
 import { packagePath } from '../../src/paths.ts';
 import { redisTargets, type RedisTarget, uniquePrefix } from '../helpers/redis.ts';
@@ -203,6 +204,7 @@ export interface GrpcBrokerOptions {
   clock?: Clock;
   heartbeatMs?: number;
   pullWaitMs?: number;
+  limits?: Partial<BrokerLimits>;
 }
 
 /** A listening broker (REST, WebSocket and gRPC on one port) and raw gRPC clients of it. */
@@ -215,6 +217,7 @@ export async function startGrpcBroker(t: Teardown, options: GrpcBrokerOptions = 
     clock: options.clock,
     pullWaitMs: options.pullWaitMs ?? 200,
     streamHeartbeatMs: options.heartbeatMs ?? 300,
+    limits: options.limits,
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const port = (app.server.address() as AddressInfo).port;

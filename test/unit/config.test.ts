@@ -109,3 +109,29 @@ t.test('TLS settings go together', async (t) => {
   t.throws(() => loadConfig({ TLS_KEY_FILE: '/key.pem' }), /together/);
   t.equal(loadConfig({ TLS_CERT_FILE: '/cert.pem', TLS_KEY_FILE: '/key.pem' }).TLS_KEY_FILE, '/key.pem');
 });
+
+t.test('limits: Pub/Sub quotas and finite defaults, each a setting; the rate limit is off unless set', async (t) => {
+  const config = loadConfig({});
+  t.match(config, {
+    MAX_TOPICS_PER_PROJECT: 10_000,
+    MAX_SUBSCRIPTIONS_PER_PROJECT: 10_000,
+    MAX_SUBSCRIPTIONS_PER_TOPIC: 10_000,
+    MAX_SNAPSHOTS_PER_PROJECT: 5_000,
+    MAX_STREAMS_PER_SUBSCRIPTION: 1_000,
+    MAX_STREAMS: 10_000,
+    MAX_LONG_POLLS: 10_000,
+    MAX_CONNECTIONS: 10_000,
+    MAX_BODY_MIB_IN_FLIGHT: 1024,
+  });
+  t.equal(config.RATE_LIMIT_PER_SECOND, undefined);
+  t.equal(loadConfig({ MAX_TOPICS_PER_PROJECT: '50' }).MAX_TOPICS_PER_PROJECT, 50);
+  t.equal(loadConfig({ RATE_LIMIT_PER_SECOND: '0.5' }).RATE_LIMIT_PER_SECOND, 0.5);
+  for (const [name, value] of [
+    ['MAX_STREAMS', '0'],
+    ['MAX_CONNECTIONS', '1.5'],
+    ['MAX_LONG_POLLS', 'many'],
+    ['RATE_LIMIT_PER_SECOND', '0'],
+  ]) {
+    t.throws(() => loadConfig({ [name]: value }), new RegExp(`${name}:`), `${name}=${value} is refused`);
+  }
+});

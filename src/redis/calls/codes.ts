@@ -22,6 +22,10 @@ export const REPLY_PAST_RETENTION = -6;
 export const REPLY_LEASES_REFUSED = -7;
 /** acknowledge-and-publish: its publish refused (publish.lua's reply follows); nothing changed. */
 export const REPLY_PUBLISH_REFUSED = -8;
+/** put-topic, put-data-owner: a create refused, the project holds its limit of names of the kind. */
+export const REPLY_PROJECT_FULL = -9;
+/** put-data-owner: a create refused, the topic has its limit of subscriptions. */
+export const REPLY_TOPIC_FULL = -10;
 
 /** Per delivery, from acknowledge, acknowledge-ordered and modify-ack-deadline. */
 export const DELIVERY_GONE = 0;

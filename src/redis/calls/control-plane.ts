@@ -1,6 +1,14 @@
 import type { Keys, TopicKeys } from '../keys.ts';
 import type { ScriptName, Scripts } from '../scripts.ts';
-import { REPLY_OK, REPLY_REFUSED, REPLY_TOPIC_DELETED, type ScriptTime, unexpectedReply } from './codes.ts';
+import {
+  REPLY_OK,
+  REPLY_PROJECT_FULL,
+  REPLY_REFUSED,
+  REPLY_TOPIC_DELETED,
+  REPLY_TOPIC_FULL,
+  type ScriptTime,
+  unexpectedReply,
+} from './codes.ts';
 
 // The scripts of the control plane (records, their indexes and clean-up marks) and of the
 // data-plane changes it makes: attaching and dropping subscriptions, closing topic data.
@@ -16,14 +24,39 @@ export interface PutStateCall {
   json: string;
   version: number;
   tombstone: boolean;
+  /**
+   * The limits a create is held to, in the same step as its compare-and-set: at most
+   * `perProject` names of the kind start with `projectPrefix`, and (subscriptions) at most
+   * `perTopic` are attached to the topic. Updates, deletes and copies are never held to them.
+   */
+  limits?: CreateLimits;
 }
 
-/** 'written': `previous` is the state it replaced ('' = none); 'refused': `current` is the state there, kept. */
-export type PutStateResult = { kind: 'written'; previous: string } | { kind: 'refused'; current: string };
+export interface CreateLimits {
+  projectPrefix: string;
+  perProject: number;
+  perTopic?: number;
+}
+
+/**
+ * 'written': `previous` is the state it replaced ('' = none); 'refused': `current` is the state
+ * there, kept; 'full': a create refused, the project's or the topic's limit reached.
+ */
+export type PutStateResult =
+  | { kind: 'written'; previous: string }
+  | { kind: 'refused'; current: string }
+  | { kind: 'full'; scope: 'project' | 'topic' };
+
+/** The arguments both put scripts open with (ARGV[1..6]). */
+function stateArgs(put: PutStateCall): (string | number)[] {
+  return [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0'];
+}
 
 function putResult(script: ScriptName, reply: [number, string]): PutStateResult {
   if (reply[0] === REPLY_OK) return { kind: 'written', previous: reply[1] };
   if (reply[0] === REPLY_REFUSED) return { kind: 'refused', current: reply[1] };
+  if (reply[0] === REPLY_PROJECT_FULL) return { kind: 'full', scope: 'project' };
+  if (reply[0] === REPLY_TOPIC_FULL) return { kind: 'full', scope: 'topic' };
   throw unexpectedReply(script, reply);
 }
 
@@ -43,7 +76,7 @@ export async function putTopic(
       keys.topicSubscriptions(topicUid),
       keys.topicSnapshots(topicUid),
     ],
-    [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0'],
+    [...stateArgs(put), put.limits?.projectPrefix ?? '', put.limits?.perProject ?? ''],
   );
   return putResult('put-topic', reply as [number, string]);
 }
@@ -66,7 +99,13 @@ export async function putDataOwner(
   const reply = await scripts.run(
     'put-data-owner',
     [...recordKeys, keys.pendingCleanups],
-    [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0', put.time],
+    [
+      ...stateArgs(put),
+      put.time,
+      put.limits?.projectPrefix ?? '',
+      put.limits?.perProject ?? '',
+      put.limits?.perTopic ?? '',
+    ],
   );
   return putResult('put-data-owner', reply as [number, string]);
 }
