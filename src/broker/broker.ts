@@ -15,6 +15,7 @@ import { Region, Regions } from './regions.ts';
 import { SnapshotService } from './snapshots.ts';
 import { guardStorageFormat } from './storage-guard.ts';
 import { StreamRegistry } from './streams.ts';
+import { SubscriptionRecords } from './subscription-records.ts';
 import { SubscriptionService } from './subscriptions.ts';
 import { TopicService } from './topics.ts';
 import { Wakeups } from './wakeups.ts';
@@ -137,8 +138,9 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   );
   const controlPlane = new ControlPlane(regions, (message) => log.warn(message));
   const topics = new TopicService(regions, controlPlane);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics, config.push?.hosts);
-  const metrics = new BrokerMetrics(regions);
+  const subscriptionRecords = new SubscriptionRecords();
+  const subscriptions = new SubscriptionService(regions, controlPlane, topics, subscriptionRecords, config.push?.hosts);
+  const metrics = new BrokerMetrics(regions, subscriptionRecords);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     metrics,
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
@@ -163,7 +165,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     ),
   );
   controlPlane.start();
-  const push = new PushService(regions, delivery, {
+  const push = new PushService(regions, delivery, subscriptionRecords, {
     hosts: config.push?.hosts ?? '*',
     closeWaitMs: config.push?.closeWaitMs ?? 5_000,
     relistIntervalMs: config.push?.relistIntervalMs ?? 30_000,

@@ -1,5 +1,6 @@
 import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import { BacklogGauges } from './backlog-gauges.ts';
+import type { SubscriptionRecords } from './subscription-records.ts';
 import { resourceId } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
@@ -76,8 +77,8 @@ export class BrokerMetrics {
 
   private readonly backlogGauges: BacklogGauges;
 
-  constructor(regions: Regions) {
-    this.backlogGauges = new BacklogGauges(regions);
+  constructor(regions: Regions, records: SubscriptionRecords) {
+    this.backlogGauges = new BacklogGauges(regions, records);
   }
 
   /** The metrics in Prometheus text format: the global gauges read from Redis now, then the rest. */

@@ -8,6 +8,7 @@ import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts'
 import { type PageRequest, readNamePage } from './pagination.ts';
 import { dataOwnerTombstone, newUid, type SubscriptionRecord, type TopicRecord } from './records.ts';
 import type { Regions } from './regions.ts';
+import type { SubscriptionRecords } from './subscription-records.ts';
 import { checkPushHost, type PushConfig, type PushConfigInput, type PushHosts } from './push-config.ts';
 import {
   checkSubscriptionSettings,
@@ -60,6 +61,7 @@ export class SubscriptionService {
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
     private readonly topics: TopicService,
+    private readonly records: SubscriptionRecords,
     /** The hosts push endpoints may name (PUSH_ENDPOINT_HOSTS). */
     private readonly pushHosts: PushHosts = '*',
   ) {}
@@ -91,8 +93,8 @@ export class SubscriptionService {
 
   /** Every subscription record this endpoint's region knows (background passes). */
   async all(): Promise<SubscriptionRecord[]> {
-    const { ctx } = this.regions.requireLocal();
-    return (await ctx.redis.hvals(ctx.keys.subscriptions)).map((json) => JSON.parse(json) as SubscriptionRecord);
+    const { byName } = await this.records.read(this.regions.requireLocal());
+    return [...byName.values()].map((known) => known.record);
   }
 
   /**

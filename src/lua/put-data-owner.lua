@@ -10,6 +10,8 @@
   KEYS[3]    their tombstones (HASH full name -> JSON {name, version, deleted, uid, topicUid})
   KEYS[4]    the names of the kind under the state's topic incarnation (ZSET)
   KEYS[5]    pending data clean-ups (ZSET "topicUid/uid/name" -> since, microseconds)
+  KEYS[6]    the count of puts of either kind (STRING): a broker's copy of the subscription
+             records is current while it has not moved (src/broker/subscription-records.ts)
   ARGV[1]    'cas' (create, update, detach, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
   ARGV[3]    full name
@@ -23,8 +25,8 @@
              data of a record that a put ends (deleted, detached, or replaced by another
              incarnation) is marked for clean-up.
 ]]
-local records_key, index_key, tombstones_key, topic_members_key, cleanups_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local records_key, index_key, tombstones_key, topic_members_key, cleanups_key, changes_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(records_key, tombstones_key, name)
 if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
@@ -53,4 +55,5 @@ else
     redis.call('ZREM', cleanups_key, data_ref(new))
   end
 end
+redis.call('INCR', changes_key)
 return { REPLY_OK, current }

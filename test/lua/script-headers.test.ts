@@ -528,8 +528,15 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'count-backlog',
     reply: [codes.REPLY_OK, 1700000001000000, 3, 1, 0, '1700000000000000', codes.REPLY_NO_SUBSCRIPTION, 0, 0, ''],
-    moreKeys: 2 * 9, // nine per subscription counted
-    call: (scripts) => countBacklog(scripts, data, [sub, data.subscription('0123456789abcdef')], time),
+    moreKeys: 2, // one prefix per subscription counted
+    moreArgv: 9, // the names of the keys it reads after each prefix
+    call: (scripts) =>
+      countBacklog(
+        scripts,
+        data,
+        [data.subscriptionPrefix('fedcba9876543210'), data.subscriptionPrefix('0123456789abcdef')],
+        time,
+      ),
   },
   {
     what: 'index-holds',

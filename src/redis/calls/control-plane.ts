@@ -65,7 +65,7 @@ export async function putDataOwner(
       : [keys.snapshots, keys.snapshotIndex, keys.snapshotTombstones, keys.topicSnapshots(topicUid)];
   const reply = await scripts.run(
     'put-data-owner',
-    [...recordKeys, keys.pendingCleanups],
+    [...recordKeys, keys.pendingCleanups, keys.ownerChanges],
     [put.mode, put.expected, put.name, put.json, put.version, put.tombstone ? '1' : '0', put.time],
   );
   return putResult('put-data-owner', reply as [number, string]);
