@@ -5,11 +5,12 @@ import { longCallConnection } from '../redis/client.ts';
 import { Scripts } from '../redis/scripts.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
-import { formatTimestampUs, parseTimestampUs } from './durations.ts';
+import { formatTimestampUs } from './durations.ts';
 import { checkUpdateMask, notImplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
 import {
+  snapshotExpiresAtUs,
   dataOwnerTombstone,
   isTombstone,
   newUid,
@@ -226,9 +227,6 @@ export class SnapshotService {
 
   /** Deletes the snapshots whose expireTime has passed (unless changed meanwhile). Returns how many. */
   expire(nowUs: number): Promise<number> {
-    return this.controlPlane.deleteWhere(
-      'snapshot',
-      (record: SnapshotRecord) => parseTimestampUs(record.expireTime, 'expireTime') <= nowUs,
-    );
+    return this.controlPlane.expireDue('snapshot', nowUs, (record: SnapshotRecord) => snapshotExpiresAtUs(record));
   }
 }

@@ -50,6 +50,14 @@ export class Keys {
   get ownerChanges(): string {
     return this.meta('owner-changes');
   }
+  /** Subscriptions that may expire -> the earliest time each may (µs): the expiration pass reads the due ones. */
+  get subscriptionExpiries(): string {
+    return this.meta('subscription-expiries');
+  }
+  /** Snapshots -> the earliest time each may expire (µs). */
+  get snapshotExpiries(): string {
+    return this.meta('snapshot-expiries');
+  }
   /** Subscription data waiting to be dropped: after a delete, or an attach not yet recorded. */
   get pendingCleanups(): string {
     return this.meta('pending-cleanups');

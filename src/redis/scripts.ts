@@ -31,6 +31,7 @@ export const SCRIPT_NAMES = [
   'delete-topic-data',
   'put-topic',
   'put-data-owner',
+  'reschedule-expiry',
   'mark-cleanup',
   'finish-cleanup',
   'seek',

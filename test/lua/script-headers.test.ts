@@ -34,6 +34,7 @@ import {
   markCleanup,
   putDataOwner,
   putTopic,
+  rescheduleExpiry,
 } from '../../src/redis/calls/control-plane.ts';
 import {
   acknowledge,
@@ -465,12 +466,20 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'put-data-owner',
     reply: [codes.REPLY_REFUSED, '{}'],
-    call: (scripts) => putDataOwner(scripts, keys, 'subscription', '0123456789abcdef', { ...put, time }),
+    call: (scripts) =>
+      putDataOwner(scripts, keys, 'subscription', '0123456789abcdef', { ...put, time, expiresAfterUs: 86_400_000_000 }),
   },
   {
     what: 'put-data-owner',
     reply: [codes.REPLY_OK, ''],
-    call: (scripts) => putDataOwner(scripts, keys, 'snapshot', '0123456789abcdef', { ...put, time }),
+    call: (scripts) =>
+      putDataOwner(scripts, keys, 'snapshot', '0123456789abcdef', { ...put, time, expiresAfterUs: undefined }),
+  },
+  {
+    what: 'reschedule-expiry',
+    reply: codes.REPLY_REFUSED,
+    call: (scripts) =>
+      rescheduleExpiry(scripts, keys, 'subscription', { name: 'projects/p/x/y', judged: '{}', dueUs: 1 }),
   },
   {
     what: 'mark-cleanup',
