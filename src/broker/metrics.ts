@@ -73,7 +73,7 @@ export class BrokerMetrics {
     registers: [this.registry],
   });
   /** A scrape under way: a second one at the same time shares its reading of Redis. */
-  private scraping: Promise<string> | undefined;
+  private scraping: Promise<string[]> | undefined;
 
   private readonly backlogGauges: BacklogGauges;
 
@@ -81,8 +81,11 @@ export class BrokerMetrics {
     this.backlogGauges = new BacklogGauges(regions, records);
   }
 
-  /** The metrics in Prometheus text format: the global gauges read from Redis now, then the rest. */
-  scrape(): Promise<string> {
+  /**
+   * The metrics in Prometheus text format, in pieces to send one after the other (see
+   * backlog-gauges.ts): the global gauges read from Redis now, then the rest.
+   */
+  scrape(): Promise<string[]> {
     this.scraping ??= this.readAndFormat().finally(() => (this.scraping = undefined));
     return this.scraping;
   }
@@ -129,9 +132,9 @@ export class BrokerMetrics {
     return new Counter({ name, help, labelNames: [...this.subscriptionLabels, ...extra], registers: [this.registry] });
   }
 
-  private async readAndFormat(): Promise<string> {
+  private async readAndFormat(): Promise<string[]> {
     const gauges = await this.backlogGauges.text();
-    return `${gauges}${await this.registry.metrics()}${await processMetrics().metrics()}`;
+    return [...gauges, await this.registry.metrics(), await processMetrics().metrics()];
   }
 }
 
