@@ -95,6 +95,7 @@ export const KEYS = {
   backlogPagesSmall: 'backlog pages of 1,000 (10,000 waiting)',
   backlogPagesLarge: 'backlog pages of 1,000 (large backlog)',
   metricsScrape: 'scrapes of /metrics (10,000 subscriptions)',
+  housekeepingPass: 'housekeeping passes (10,000 subscriptions)',
   publishAuthOff: 'publish (no authentication)',
   publishAuthOn: 'publish (bearer token checked)',
   pullAuthOff: 'pull+ack (no authentication)',

@@ -28,6 +28,7 @@ import { ClientWorker, officialPublishWorkload, streamingReceiveWorkload } from 
 import { bullmqAddWorkload, bullmqEndToEndWorkload, bullmqProcessWorkload } from './bullmq-workloads.ts';
 import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
+import { housekeepingPasses } from './housekeeping-workload.ts';
 import { scrapeMetrics, setUpMetricsWorkload, tearDownMetricsWorkload } from './metrics-workload.ts';
 import { Latency, sleep } from './stats.ts';
 import { idempotentBodies, OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
@@ -1137,6 +1138,10 @@ async function main(): Promise<void> {
       record(
         KEYS.metricsScrape,
         await measure(KEYS.metricsScrape, () => scrapeMetrics(client, KEYS.metricsScrape, brokerPid)),
+      );
+      record(
+        KEYS.housekeepingPass,
+        await measure(KEYS.housekeepingPass, () => housekeepingPasses(redis!.url, KEY_PREFIX, KEYS.housekeepingPass)),
       );
       await tearDownMetricsWorkload(client, layout);
     }

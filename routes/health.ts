@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { unavailable } from '../src/errors.ts';
@@ -38,9 +39,9 @@ export async function healthRoutes(app: FastifyInstance, { broker }: RouteOption
       .send({ status: ready ? 'ready' : 'unavailable', region: regions.local.name, regions: byName });
   });
 
-  /** Prometheus text format, named after Pub/Sub's metrics (src/broker/metrics.ts). */
+  /** Prometheus text format, named after Pub/Sub's metrics (src/broker/metrics.ts), sent in pieces. */
   app.get('/metrics', async (_request, reply) =>
-    reply.type(broker.metrics.registry.contentType).send(await broker.metrics.scrape()),
+    reply.type(broker.metrics.registry.contentType).send(Readable.from(await broker.metrics.scrape())),
   );
 
   app.get('/openapi.yaml', async (_request, reply) => reply.type('text/yaml; charset=utf-8').send(OPENAPI_DOCUMENT));

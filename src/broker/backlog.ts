@@ -214,7 +214,7 @@ export class BacklogService {
       const { nowUs, counts: found } = await countBacklog(
         region.ctx.scripts,
         data,
-        [data.subscription(record.uid)],
+        [data.subscriptionPrefix(record.uid)],
         region.ctx.clock.scriptTime(),
       );
       const counted = found[0];

@@ -18,6 +18,7 @@ import { Region, Regions } from './regions.ts';
 import { SnapshotService } from './snapshots.ts';
 import { guardStorageFormat } from './storage-guard.ts';
 import { StreamRegistry } from './streams.ts';
+import { SubscriptionRecords } from './subscription-records.ts';
 import { SubscriptionService } from './subscriptions.ts';
 import { TopicService } from './topics.ts';
 import { Wakeups } from './wakeups.ts';
@@ -162,8 +163,17 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     config.authorization ?? { enforce: false, configured: () => new Map() },
   );
   const topics = new TopicService(regions, controlPlane, iam, resourceLimits);
-  const subscriptions = new SubscriptionService(regions, controlPlane, topics, iam, config.push?.hosts, resourceLimits);
-  const metrics = new BrokerMetrics(regions);
+  const subscriptionRecords = new SubscriptionRecords();
+  const subscriptions = new SubscriptionService(
+    regions,
+    controlPlane,
+    topics,
+    iam,
+    subscriptionRecords,
+    config.push?.hosts,
+    resourceLimits,
+  );
+  const metrics = new BrokerMetrics(regions, subscriptionRecords);
   const delivery = new DeliveryService(regions, topics, subscriptions, {
     metrics,
     authorizer: iam,
@@ -193,7 +203,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     ),
   );
   controlPlane.start();
-  const push = new PushService(regions, delivery, {
+  const push = new PushService(regions, delivery, subscriptionRecords, {
     hosts: config.push?.hosts ?? '*',
     closeWaitMs: config.push?.closeWaitMs ?? 5_000,
     relistIntervalMs: config.push?.relistIntervalMs ?? 30_000,

@@ -88,3 +88,9 @@ export async function redisTimeUs(redis: RedisClient): Promise<number> {
   const [seconds, microseconds] = await redis.time();
   return Number(seconds) * 1_000_000 + Number(microseconds);
 }
+
+/** This node's idea of the time (µs): a test's manual time, else its own wall clock (no call to Redis). */
+export function localNowUs(clock: Clock): number {
+  const manual = clock.scriptTime();
+  return manual === '' ? Date.now() * 1000 : Number(manual);
+}

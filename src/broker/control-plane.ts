@@ -11,6 +11,7 @@ import {
   putDataOwner,
   putProjectPolicy,
   putTopic,
+  rescheduleExpiry,
 } from '../redis/calls/control-plane.ts';
 import { dropSnapshot } from '../redis/calls/retention.ts';
 import { alreadyExists, notFound } from '../errors.ts';
@@ -20,9 +21,11 @@ import type { Region, Regions } from './regions.ts';
 import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
 import {
   dataOwnerTombstone,
+  expirationTtlUs,
   isTombstone,
   type ProjectPolicyRecord,
   type SnapshotRecord,
+  snapshotExpiresAtUs,
   type State,
   type SubscriptionRecord,
   type Tombstone,
@@ -31,6 +34,7 @@ import {
 } from './records.ts';
 import type { CreateLimit } from './limits.ts';
 import { CONFIG_CHANGED } from './wakeups.ts';
+import { localNowUs } from './clock.ts';
 import { Rerun } from './rerun.ts';
 
 /**
@@ -76,6 +80,8 @@ function unapplied(put: Exclude<PutStateResult, { kind: 'written' }>): PutResult
 const SYNC_INTERVAL_MS = 30_000;
 /** How many held entries one drop-subscription call releases (bounds the script's run time). */
 const DROP_BATCH = 1000;
+/** The expiration pass reads this many due entries of an expiry index at a time. */
+const EXPIRY_BATCH = 200;
 /** How many blocks of held messages (up to 1000 each) one drop-snapshot call releases. */
 const DROP_SNAPSHOT_BATCH = 2;
 
@@ -296,32 +302,54 @@ export class ControlPlane {
   }
 
   /**
-   * Deletes the records of a subscription or snapshot that `due` picks, in this endpoint's
-   * region's copy, each only if its state at the arbiter is still the one `due` judged (a change
-   * meanwhile keeps it). Returns how many it deleted.
+   * Deletes the subscriptions or snapshots that have expired, looking only at those whose entry in
+   * the kind's expiry index (in this endpoint's region's copy) is due by `nowUs`: `expiresAtUs`
+   * says when a record expires (undefined: never). An expired one is deleted if its state at the
+   * arbiter is still the one judged (a change meanwhile keeps it); any other is indexed again at
+   * the time it may expire, and one whose delete lost at the next pass. Returns how many it deleted.
    */
-  async deleteWhere<T extends SubscriptionRecord | SnapshotRecord>(
+  async expireDue<T extends SubscriptionRecord | SnapshotRecord>(
     kind: DataOwnerKind,
-    due: (record: T) => boolean | Promise<boolean>,
+    nowUs: number,
+    expiresAtUs: (record: T) => number | undefined | Promise<number | undefined>,
   ): Promise<number> {
-    const { redis } = this.regions.requireLocal().ctx;
+    const { redis, keys, scripts } = this.regions.requireLocal().ctx;
     const [records] = this.hashes(this.regions.local, kind);
+    const index = kind === 'subscription' ? keys.subscriptionExpiries : keys.snapshotExpiries;
+    const judged = new Set<string>();
     let deleted = 0;
-    let cursor = '0';
-    do {
-      const [next, entries] = await redis.hscan(records, cursor, 'COUNT', 200);
-      cursor = next;
-      for (let i = 0; i < entries.length; i += 2) {
-        const record = JSON.parse(entries[i + 1]) as T;
-        if (!(await due(record))) continue;
-        const arbiter = this.regions.arbiter();
-        const json = await this.readState(arbiter, kind, record.name);
-        if (json !== entries[i + 1]) continue;
-        const tombstone = dataOwnerTombstone(record, versionOf(json) + 1);
-        if ((await this.write(kind, arbiter, json, tombstone)) === 'written') deleted++;
+    for (;;) {
+      const names = (await redis.zrangebyscore(index, '-inf', nowUs, 'LIMIT', 0, EXPIRY_BATCH)).filter(
+        (name) => !judged.has(name),
+      );
+      // Every entry judged in this pass was moved past now or removed, unless a put raced it.
+      if (names.length === 0) return deleted;
+      const jsons = await redis.hmget(records, ...names);
+      for (const [i, name] of names.entries()) {
+        judged.add(name);
+        const json = jsons[i] ?? '';
+        const record = json === '' ? undefined : (JSON.parse(json) as T);
+        const atUs = record && (await expiresAtUs(record));
+        if (record && atUs !== undefined && atUs <= nowUs && (await this.deleteIfUnchanged(kind, record, json))) {
+          deleted++;
+          continue;
+        }
+        const dueUs = atUs === undefined ? undefined : Math.max(atUs, nowUs + 1);
+        await rescheduleExpiry(scripts, keys, kind, { name, judged: json, dueUs });
       }
-    } while (cursor !== '0');
-    return deleted;
+    }
+  }
+
+  /** Deletes a record whose state at the arbiter is still `json`; false when it changed, or another put won. */
+  private async deleteIfUnchanged(
+    kind: DataOwnerKind,
+    record: SubscriptionRecord | SnapshotRecord,
+    json: string,
+  ): Promise<boolean> {
+    const arbiter = this.regions.arbiter();
+    if ((await this.readState(arbiter, kind, record.name)) !== json) return false;
+    const tombstone = dataOwnerTombstone(record, versionOf(json) + 1);
+    return (await this.write(kind, arbiter, json, tombstone)) === 'written';
   }
 
   /** Drops subscription data (a deleted subscription's, or an interrupted attach's) in one region. */
@@ -414,7 +442,12 @@ export class ControlPlane {
   private async putSnapshot(region: Region, state: SnapshotRecord | Tombstone, call: PutStateCall): Promise<PutResult> {
     const { keys, scripts, clock } = region.ctx;
     const topicUid = state.topicUid ?? '';
-    const put = await putDataOwner(scripts, keys, 'snapshot', topicUid, { ...call, time: clock.scriptTime() });
+    const put = await putDataOwner(scripts, keys, 'snapshot', topicUid, {
+      ...call,
+      time: clock.scriptTime(),
+      // Judged by this node's clock: an entry a little early is only looked at and moved to expireTime.
+      expiresAfterUs: isTombstone(state) ? undefined : snapshotExpiresAtUs(state) - localNowUs(clock),
+    });
     if (put.kind !== 'written') return unapplied(put);
     const previous = put.previous ? (JSON.parse(put.previous) as SnapshotRecord | Tombstone) : undefined;
     if (previous && !isTombstone(previous) && (isTombstone(state) || previous.uid !== state.uid)) {
@@ -463,7 +496,12 @@ export class ControlPlane {
       expectedState !== undefined && !isTombstone(expectedState) && expectedState.uid === state.uid;
     const attachFirst = !deleted && !detached && (mode === 'newer' || !sameIncarnation);
     if (attachFirst) await this.attach(region, state as SubscriptionRecord, true);
-    const put = await putDataOwner(scripts, keys, 'subscription', topicUid, { ...call, time: clock.scriptTime() });
+    const put = await putDataOwner(scripts, keys, 'subscription', topicUid, {
+      ...call,
+      time: clock.scriptTime(),
+      // A put counts as a use: the subscription may expire a ttl from now at the earliest.
+      expiresAfterUs: deleted ? undefined : expirationTtlUs(state),
+    });
     if (put.kind !== 'written') {
       // A fresh incarnation that lost (or was over a limit): nobody else can have attached its uid.
       if (attachFirst && mode === 'cas') {

@@ -1,5 +1,6 @@
 import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import { BacklogGauges } from './backlog-gauges.ts';
+import type { SubscriptionRecords } from './subscription-records.ts';
 import { resourceId } from './names.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
@@ -72,16 +73,19 @@ export class BrokerMetrics {
     registers: [this.registry],
   });
   /** A scrape under way: a second one at the same time shares its reading of Redis. */
-  private scraping: Promise<string> | undefined;
+  private scraping: Promise<string[]> | undefined;
 
   private readonly backlogGauges: BacklogGauges;
 
-  constructor(regions: Regions) {
-    this.backlogGauges = new BacklogGauges(regions);
+  constructor(regions: Regions, records: SubscriptionRecords) {
+    this.backlogGauges = new BacklogGauges(regions, records);
   }
 
-  /** The metrics in Prometheus text format: the global gauges read from Redis now, then the rest. */
-  scrape(): Promise<string> {
+  /**
+   * The metrics in Prometheus text format, in pieces to send one after the other (see
+   * backlog-gauges.ts): the global gauges read from Redis now, then the rest.
+   */
+  scrape(): Promise<string[]> {
     this.scraping ??= this.readAndFormat().finally(() => (this.scraping = undefined));
     return this.scraping;
   }
@@ -128,9 +132,9 @@ export class BrokerMetrics {
     return new Counter({ name, help, labelNames: [...this.subscriptionLabels, ...extra], registers: [this.registry] });
   }
 
-  private async readAndFormat(): Promise<string> {
+  private async readAndFormat(): Promise<string[]> {
     const gauges = await this.backlogGauges.text();
-    return `${gauges}${await this.registry.metrics()}${await processMetrics().metrics()}`;
+    return [...gauges, await this.registry.metrics(), await processMetrics().metrics()];
   }
 }
 

@@ -8,6 +8,7 @@ import { push, type PushTarget, pushTarget, RequestGroup } from './push-request.
 import { PushWindow } from './push-window.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
+import type { SubscriptionRecords } from './subscription-records.ts';
 import { Nap, type Waiter } from './wakeups.ts';
 import { Rerun } from './rerun.ts';
 
@@ -20,8 +21,8 @@ import { Rerun } from './rerun.ts';
  * are not leased while any of its messages is outstanding, and those one pull leases together
  * are pushed one after the other.
  *
- * Which subscriptions push: each node lists the subscription records of its region (HSCAN,
- * parsing only the records that mention a push config) at start, whenever the control plane
+ * Which subscriptions push: each node lists the subscription records of its region (its copy
+ * of them, subscription-records.ts: one GET while none changed) at start, whenever the control plane
  * announces a change of any subscription record on the subscriptions channel (every create,
  * update and delete, also copies made by a region sync), and every PushOptions.relistIntervalMs
  * in case an announcement was missed (Redis pub/sub does not queue for a reconnecting node).
@@ -40,7 +41,6 @@ export interface PushOptions {
 const RETRY_MS = 1_000;
 /** A pusher with nothing to push looks again at least this often, woken or not. */
 const LOOK_AGAIN_MS = 30_000;
-const HSCAN_COUNT = 500;
 /**
  * Requests end this long before their lease runs out: a busy node's timer may fire late, and
  * once the lease is over another node may push the message again while this one is still open.
@@ -63,6 +63,7 @@ export class PushService {
   constructor(
     private readonly regions: Regions,
     private readonly delivery: DeliveryService,
+    private readonly records: SubscriptionRecords,
     private readonly options: PushOptions,
   ) {}
 
@@ -133,20 +134,13 @@ export class PushService {
       setTimeout(() => this.requestListing(), RETRY_MS).unref();
       return;
     }
-    const { redis, keys } = region.ctx;
-    const found = new Map<string, SubscriptionRecord>();
-    let cursor = '0';
-    do {
-      const [next, entries] = await redis.hscan(keys.subscriptions, cursor, 'COUNT', HSCAN_COUNT);
-      cursor = next;
-      for (let i = 1; i < entries.length; i += 2) {
-        if (!entries[i].includes('"pushConfig"')) continue;
-        const record = JSON.parse(entries[i]) as SubscriptionRecord;
-        // A detached subscription has nothing to push: its backlog is gone and it gets no more.
-        if (record.pushConfig && !record.detached) found.set(record.name, record);
-      }
-    } while (cursor !== '0');
+    const { byName } = await this.records.read(region);
     if (this.closed) return;
+    const found = new Map<string, SubscriptionRecord>();
+    for (const { record } of byName.values()) {
+      // A detached subscription has nothing to push: its backlog is gone and it gets no more.
+      if (record.pushConfig && !record.detached) found.set(record.name, record);
+    }
     for (const [name, pusher] of this.pushers) {
       const record = found.get(name);
       if (!record || record.uid !== pusher.uid || !this.allowed(record)) this.stop(name, pusher);

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { StoredPolicy } from './iam-policy.ts';
+import { parseDurationSeconds, parseTimestampUs } from './durations.ts';
 import type { SubscriptionSettings } from './subscription-fields.ts';
 import type { TopicSettings } from './topic-fields.ts';
 
@@ -79,3 +80,17 @@ export const isTombstone = (state: State): state is Tombstone => 'deleted' in st
 export const versionOf = (json: string): number =>
   json === '' ? 0 : ((JSON.parse(json) as { version?: number }).version ?? 0);
 export const newUid = () => randomBytes(8).toString('hex');
+
+/**
+ * How long after its last use a subscription expires (its `expirationPolicy.ttl`, µs); undefined
+ * for never: no ttl, or detached (nothing uses a detached subscription any more).
+ */
+export function expirationTtlUs(record: SubscriptionRecord): number | undefined {
+  if (record.detached || !record.expirationPolicy.ttl) return undefined;
+  return parseDurationSeconds(record.expirationPolicy.ttl, 'expirationPolicy.ttl') * 1_000_000;
+}
+
+/** When a snapshot expires (µs since the epoch). */
+export function snapshotExpiresAtUs(record: SnapshotRecord): number {
+  return parseTimestampUs(record.expireTime, 'expireTime');
+}

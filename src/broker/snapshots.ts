@@ -7,11 +7,12 @@ import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
-import { formatTimestampUs, parseTimestampUs } from './durations.ts';
+import { formatTimestampUs } from './durations.ts';
 import { checkUpdateMask, notImplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
 import {
+  snapshotExpiresAtUs,
   dataOwnerTombstone,
   isTombstone,
   newUid,
@@ -244,9 +245,6 @@ export class SnapshotService {
 
   /** Deletes the snapshots whose expireTime has passed (unless changed meanwhile). Returns how many. */
   expire(nowUs: number): Promise<number> {
-    return this.controlPlane.deleteWhere(
-      'snapshot',
-      (record: SnapshotRecord) => parseTimestampUs(record.expireTime, 'expireTime') <= nowUs,
-    );
+    return this.controlPlane.expireDue('snapshot', nowUs, (record: SnapshotRecord) => snapshotExpiresAtUs(record));
   }
 }

@@ -2,14 +2,15 @@ import { failedPrecondition, invalidArgument, notFound } from '../errors.ts';
 import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
 import { touchSubscription } from '../redis/calls/delivery.ts';
+import { localNowUs } from './clock.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
-import { parseDurationSeconds } from './durations.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
-import { dataOwnerTombstone, newUid, type SubscriptionRecord, type TopicRecord } from './records.ts';
+import { dataOwnerTombstone, expirationTtlUs, newUid, type SubscriptionRecord, type TopicRecord } from './records.ts';
 import type { Regions } from './regions.ts';
+import type { SubscriptionRecords } from './subscription-records.ts';
 import { checkPushHost, type PushConfig, type PushConfigInput, type PushHosts } from './push-config.ts';
 import {
   checkSubscriptionSettings,
@@ -57,12 +58,22 @@ export function renderSubscription(record: SubscriptionRecord, liveTopic: TopicR
   return subscription;
 }
 
+/**
+ * A stream records its subscription's use this many times per expiration ttl at most (per
+ * process): the ttl is a day at least, and an expiry a few hours late is no harm.
+ */
+const TOUCHES_PER_TTL = 8;
+
 export class SubscriptionService {
+  /** When this process last recorded a stream's use of a subscription (its clock, µs), by uid, and how long that holds. */
+  private readonly touched = new Map<string, { atUs: number; intervalUs: number }>();
+
   constructor(
     private readonly regions: Regions,
     private readonly controlPlane: ControlPlane,
     private readonly topics: TopicService,
     private readonly authorizer: Authorizer,
+    private readonly records: SubscriptionRecords,
     /** The hosts push endpoints may name (PUSH_ENDPOINT_HOSTS). */
     private readonly pushHosts: PushHosts = '*',
     private readonly limits = new ResourceLimits(DEFAULT_LIMITS),
@@ -109,8 +120,8 @@ export class SubscriptionService {
 
   /** Every subscription record this endpoint's region knows (background passes). */
   async all(): Promise<SubscriptionRecord[]> {
-    const { ctx } = this.regions.requireLocal();
-    return (await ctx.redis.hvals(ctx.keys.subscriptions)).map((json) => JSON.parse(json) as SubscriptionRecord);
+    const { byName } = await this.records.read(this.regions.requireLocal());
+    return [...byName.values()].map((known) => known.record);
   }
 
   /**
@@ -192,14 +203,26 @@ export class SubscriptionService {
     );
   }
 
-  /** Records that a stream is using the subscription (its expiration counts from the last use). */
+  /**
+   * Records that a stream is using the subscription (its expiration counts from the last use):
+   * at most once per TOUCHES_PER_TTL-th of its ttl in this process, however many streams use it
+   * and however often they call, and not at all without an expiration policy (nothing reads it).
+   */
   async touch(record: SubscriptionRecord): Promise<void> {
+    const ttlUs = expirationTtlUs(record);
+    if (ttlUs === undefined) return;
+    const nowUs = localNowUs(this.regions.local.ctx.clock);
+    const last = this.touched.get(record.uid);
+    if (last && nowUs - last.atUs < last.intervalUs) return;
     await Promise.all(
       this.regions.localFirst().map(({ ctx }) => {
         const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
         return touchSubscription(ctx.scripts, sub, { time: ctx.clock.scriptTime() });
       }),
     );
+    // Those whose interval has passed would be touched again at their next call anyway.
+    for (const [uid, touch] of this.touched) if (nowUs - touch.atUs >= touch.intervalUs) this.touched.delete(uid);
+    this.touched.set(record.uid, { atUs: nowUs, intervalUs: ttlUs / TOUCHES_PER_TTL });
   }
 
   /**
@@ -207,12 +230,14 @@ export class SubscriptionService {
    * pull, stream, ack, deadline change, create or update, in any region). Returns how many it deleted.
    */
   async expireIdle(nowUs: number): Promise<number> {
-    // Deleted only if nobody changed it meanwhile (a change counts as use).
-    return this.controlPlane.deleteWhere('subscription', async (record: SubscriptionRecord) => {
-      if (!record.expirationPolicy.ttl) return false;
-      const ttlUs = parseDurationSeconds(record.expirationPolicy.ttl, 'expirationPolicy.ttl') * 1_000_000;
-      const activeAt = await this.lastActiveUs(record);
-      return activeAt !== undefined && activeAt + ttlUs <= nowUs;
+    // Only those due in the expiry index are read; deleted only if nobody changed them meanwhile
+    // (a change counts as use).
+    return this.controlPlane.expireDue('subscription', nowUs, async (record: SubscriptionRecord) => {
+      const ttlUs = expirationTtlUs(record);
+      if (ttlUs === undefined) return undefined;
+      // No use recorded in any usable region (its data out of reach): looked at again a ttl later.
+      const activeAt = (await this.lastActiveUs(record)) ?? nowUs;
+      return activeAt + ttlUs;
     });
   }
 

@@ -4,14 +4,16 @@
   structures, and finds each one's oldest unacknowledged message, without changing anything (no
   lease, no activeAt).
   KEYS[1]    prefix of the body block keys (see body_location in prelude.lua)
-  KEYS[2..]  per subscription, nine keys: its config (HASH ordered, inRuns: how many more
-             messages the run entries of delayed stand for than they are entries), ready list
-             (LIST of "seq" | "seq:gen" | "k:<key>"), leases (ZSET "seq:gen" -> deadline, µs),
-             delayed (ZSET "seq" | "<first>-<last>" | "seq:gen" | "k:<key>" -> when due, µs),
-             forwarding (ZSET "seq:gen" -> claim end, µs), keyed ZSET (un-acked keyed messages),
-             key states (HASH key -> "q" | outstanding count), holds (HASH block -> held flags;
-             see mark_holds in prelude.lua) and hold blocks (ZSET block -> block)
+  KEYS[2..]  per subscription, the prefix of its keys (keys.ts, subscriptionPrefix): the script
+             reads the nine keys named by that prefix and ARGV[2..10], all with its hash tag
   ARGV[1]    time override in microseconds, or ''
+  ARGV[2..]  the names of a subscription's keys it reads, in this order: config (HASH ordered,
+             inRuns: how many more messages the run entries of delayed stand for than they are
+             entries), ready list (LIST of "seq" | "seq:gen" | "k:<key>"), leases (ZSET "seq:gen"
+             -> deadline, µs), delayed (ZSET "seq" | "<first>-<last>" | "seq:gen" | "k:<key>" ->
+             when due, µs), forwarding (ZSET "seq:gen" -> claim end, µs), keyed ZSET (un-acked
+             keyed messages), key states (HASH key -> "q" | outstanding count), holds (HASH block
+             -> held flags; see mark_holds in prelude.lua) and hold blocks (ZSET block -> block)
   Returns    {REPLY_OK, nowUs, then per subscription: unacked, leased, forwarding, oldestUs}, where
              unacked is REPLY_NO_SUBSCRIPTION (negative) for a subscription not attached here, and
              oldestUs the publish time of its oldest un-acked message (the first held one of its
@@ -22,10 +24,12 @@
              states says how many are), and a queued key has one marker in ready or delayed
              (SCHEMA.md, invariants 1 and 3). Its cost per subscription is a few O(1) commands, and
              on an ordered subscription one read of the key states: O(keys that have messages);
-             the oldest message costs one search of a block's flags and one body read.
+             the oldest message costs one search of a block's flags and one body read. A
+             subscription is passed as one key, its prefix, rather than nine: at 10,000
+             subscriptions a scrape of /metrics would otherwise send Redis 90,000 key names.
 ]]
 local bodies_prefix = KEYS[1]
-local KEYS_PER_SUBSCRIPTION = 9
+local KEY_NAMES = {unpack(ARGV, 2, 10)}
 
 local function count(config_key, ready_key, leased_key, delayed_key, forwarding_key, keyed_key, states_key, holds_key, blocks_key)
   local config = redis.call('HMGET', config_key, 'ordered', 'inRuns')
@@ -53,8 +57,10 @@ local function count(config_key, ready_key, leased_key, delayed_key, forwarding_
 end
 
 local reply = {REPLY_OK, now_us(ARGV[1])}
-for first = 2, #KEYS, KEYS_PER_SUBSCRIPTION do
-  local unacked, leased, forwarding, oldest = count(unpack(KEYS, first, first + KEYS_PER_SUBSCRIPTION - 1))
+local keys = {}
+for i = 2, #KEYS do
+  for n = 1, #KEY_NAMES do keys[n] = KEYS[i] .. KEY_NAMES[n] end
+  local unacked, leased, forwarding, oldest = count(unpack(keys))
   reply[#reply + 1] = unacked
   reply[#reply + 1] = leased
   reply[#reply + 1] = forwarding

@@ -4,7 +4,7 @@
 -- wrappers that decode them (test/lua/script-headers.test.ts checks that both sides agree, and
 -- that each script's header names the codes it answers).
 local REPLY_OK = 1
-local REPLY_REFUSED = 0 -- put-topic, put-data-owner: the state there was kept (see may_put)
+local REPLY_REFUSED = 0 -- put-topic, put-data-owner: the state there was kept (see may_put); reschedule-expiry: the record changed
 local REPLY_TOPIC_DELETED = -1 -- the topic incarnation is closed to publishing and attaching
 local REPLY_NO_SUBSCRIPTION = -1 -- the subscription is not attached (deleted, or never attached here)
 local REPLY_NO_SNAPSHOT = -5 -- seek: the snapshot is not recorded here (deleted, or never made here)

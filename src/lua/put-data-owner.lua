@@ -10,6 +10,10 @@
   KEYS[3]    their tombstones (HASH full name -> JSON {name, version, deleted, uid, topicUid})
   KEYS[4]    the names of the kind under the state's topic incarnation (ZSET)
   KEYS[5]    pending data clean-ups (ZSET "topicUid/uid/name" -> since, microseconds)
+  KEYS[6]    the count of puts of either kind (STRING): a broker's copy of the subscription
+             records is current while it has not moved (src/broker/subscription-records.ts)
+  KEYS[7]    the kind's expiry index (ZSET full name -> the earliest time it may expire, µs):
+             the expiration pass looks only at the entries that are due (reschedule-expiry.lua)
   ARGV[1]    'cas' (create, update, detach, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
   ARGV[3]    full name
@@ -20,15 +24,18 @@
   ARGV[8]    a create's limits: the prefix of its project's names of the kind
   ARGV[9]    how many of the kind the project may hold ('' = no limit)
   ARGV[10]   how many of the kind its topic may have ('' = no limit)
+  ARGV[11]   how long after now the new state may expire at the earliest (µs), or '' for never
+             (a tombstone, a detached subscription, no expiration policy)
   Returns    {REPLY_OK, previous state} written; {REPLY_REFUSED, current state} refused (see
              may_put); a create refused for a limit: {REPLY_PROJECT_FULL, ''} the project holds
              its limit, {REPLY_TOPIC_FULL, ''} the topic has its limit
   Invariant: a recorded subscription is attached in this region unless it is detached; the
              data of a record that a put ends (deleted, detached, or replaced by another
-             incarnation) is marked for clean-up.
+             incarnation) is marked for clean-up. A record that may expire is in the expiry index,
+             due no later than it may expire: every put counts as a use from its time on.
 ]]
-local records_key, index_key, tombstones_key, topic_members_key, cleanups_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local records_key, index_key, tombstones_key, topic_members_key, cleanups_key, changes_key, expiries_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local name, new_json = ARGV[3], ARGV[4]
 local current = record_state(records_key, tombstones_key, name)
 if not may_put(ARGV[1], ARGV[2], new_json, tonumber(ARGV[5]), current) then return { REPLY_REFUSED, current } end
@@ -63,4 +70,10 @@ else
     redis.call('ZREM', cleanups_key, data_ref(new))
   end
 end
+if ARGV[11] == '' then
+  redis.call('ZREM', expiries_key, name)
+else
+  redis.call('ZADD', expiries_key, string.format('%.0f', now_us(ARGV[7]) + tonumber(ARGV[11])), name)
+end
+redis.call('INCR', changes_key)
 return { REPLY_OK, current }

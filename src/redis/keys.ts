@@ -46,6 +46,18 @@ export class Keys {
   get subscriptionTombstones(): string {
     return this.meta('subscription-tombstones');
   }
+  /** How many times a subscription or snapshot state was put: unchanged, so are the records. */
+  get ownerChanges(): string {
+    return this.meta('owner-changes');
+  }
+  /** Subscriptions that may expire -> the earliest time each may (µs): the expiration pass reads the due ones. */
+  get subscriptionExpiries(): string {
+    return this.meta('subscription-expiries');
+  }
+  /** Snapshots -> the earliest time each may expire (µs). */
+  get snapshotExpiries(): string {
+    return this.meta('snapshot-expiries');
+  }
   /** Subscription data waiting to be dropped: after a delete, or an attach not yet recorded. */
   get pendingCleanups(): string {
     return this.meta('pending-cleanups');
@@ -178,23 +190,39 @@ export class TopicKeys {
     const base = `${this.base}:snap:${snapshotUid}`;
     return { held: `${base}:held`, info: `${base}:info`, retainer: `snapshot:${snapshotUid}` };
   }
+  /** What every key of one subscription starts with: its keys are this prefix and a name (SUBSCRIPTION_KEY_NAMES). */
+  subscriptionPrefix(subscriptionUid: string): string {
+    return `${this.base}:s:${subscriptionUid}:`;
+  }
   subscription(subscriptionUid: string): SubscriptionKeys {
-    const base = `${this.base}:s:${subscriptionUid}`;
+    const prefix = this.subscriptionPrefix(subscriptionUid);
     return {
-      config: `${base}:config`,
-      ready: `${base}:ready`,
-      leased: `${base}:leased`,
-      delayed: `${base}:delayed`,
-      forwarding: `${base}:forwarding`,
-      keyed: `${base}:keyed`,
-      keyedDeliveries: `${base}:keyed-deliveries`,
-      keyStates: `${base}:key-states`,
-      selections: `${base}:selections`,
-      holds: `${base}:holds`,
-      holdBlocks: `${base}:hold-blocks`,
+      config: `${prefix}config`,
+      ready: `${prefix}ready`,
+      leased: `${prefix}leased`,
+      delayed: `${prefix}delayed`,
+      forwarding: `${prefix}forwarding`,
+      keyed: `${prefix}keyed`,
+      keyedDeliveries: `${prefix}keyed-deliveries`,
+      keyStates: `${prefix}key-states`,
+      selections: `${prefix}selections`,
+      holds: `${prefix}holds`,
+      holdBlocks: `${prefix}hold-blocks`,
     };
   }
 }
+
+/**
+ * The keys count-backlog.lua reads of each subscription, in its order, as names after the
+ * subscription's prefix: it is passed each subscription's prefix and these names, and builds the
+ * keys itself (read off one subscription's keys, so that the names are written only above).
+ */
+export const COUNTED_KEY_NAMES: readonly string[] = (() => {
+  const data = new TopicKeys('');
+  const prefix = data.subscriptionPrefix('');
+  const sub = data.subscription('');
+  return [...holdingKeys(sub), sub.keyStates, sub.holds, sub.holdBlocks].map((key) => key.slice(prefix.length));
+})();
 
 /**
  * The keys of every structure that holds a subscription's messages (SCHEMA.md, invariant 1),

@@ -32,6 +32,7 @@ export const SCRIPT_NAMES = [
   'put-topic',
   'put-data-owner',
   'put-project-policy',
+  'reschedule-expiry',
   'mark-cleanup',
   'finish-cleanup',
   'seek',

@@ -7,7 +7,10 @@ import type { Scripts } from './scripts.ts';
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 6 adds each subscription's holds (the flags of the
+ * cannot find is dropped as gone. Format 7 adds the expiry indexes of subscriptions and
+ * snapshots and the count of their puts (`owner-changes`), which a broker of format 6 would not
+ * keep up to date: its puts would leave records out of the expiration pass and out of other
+ * brokers' copies of the records. Format 6 adds each subscription's holds (the flags of the
  * messages it holds, for the oldest un-acked one), which a broker of format 5 would not keep up
  * to date. Format 5 adds messages scheduled for later: run entries
  * ("<first>-<last>") in a subscription's `delayed` set, which a broker of format 4 would misread
@@ -20,18 +23,22 @@ import type { Scripts } from './scripts.ts';
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '6';
+export const STORAGE_FORMAT = '7';
 /**
- * Formats this broker reads as they are once every subscription's holds are written: claiming
- * such a store writes them, then records format 6 over it.
+ * Formats this broker reads as they are once every subscription's holds (before 6) and the
+ * expiry indexes (before 7) are written: claiming such a store writes them, then records format 7
+ * over it.
  */
-const SUPERSEDED_FORMATS = new Set(['2', '3', '4', '5']);
+const WITHOUT_HOLDS = new Set(['2', '3', '4', '5']);
+const SUPERSEDED_FORMATS = new Set([...WITHOUT_HOLDS, '6']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2 to 5 holds nothing format 6 reads otherwise, but
- * lacks the holds: they are written for every subscription (index-holds.lua, one script each,
- * again from the start if the broker stops before it records the format), then the store is
+ * undefined when it may. A store of format 2 to 6 holds nothing format 7 reads otherwise, but
+ * lacks the expiry indexes, and before format 6 the holds: the holds are written for every
+ * subscription (index-holds.lua, one script each), every subscription and snapshot is indexed as
+ * due at once (the next expiration pass judges each one and moves it to when it may expire),
+ * again from the start if the broker stops before it records the format; then the store is
  * claimed (and brokers of those formats refuse it from then on). A store with no recorded format is
  * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
@@ -51,10 +58,14 @@ export async function claimStorageFormat(
   const recorded = await redis.get(keys.storageFormat);
   if (recorded === STORAGE_FORMAT) return undefined;
   if (recorded !== null && SUPERSEDED_FORMATS.has(recorded)) {
-    for (const json of await redis.hvals(keys.subscriptions)) {
-      const record = JSON.parse(json) as { topicUid: string; uid: string };
-      await indexHolds(scripts, keys.topicData(record.topicUid).subscription(record.uid));
+    if (WITHOUT_HOLDS.has(recorded)) {
+      for (const json of await redis.hvals(keys.subscriptions)) {
+        const record = JSON.parse(json) as { topicUid: string; uid: string };
+        await indexHolds(scripts, keys.topicData(record.topicUid).subscription(record.uid));
+      }
     }
+    await indexAllAsDue(redis, keys.subscriptions, keys.subscriptionExpiries);
+    await indexAllAsDue(redis, keys.snapshots, keys.snapshotExpiries);
     return recordFormat(redis, keys, 'XX');
   }
   if (recorded !== null) {
@@ -79,6 +90,17 @@ export async function claimStorageFormat(
   }
   return recordFormat(redis, keys, 'NX');
 }
+
+/** Enters every record of `records` in the expiry index `expiries` as due now (score 0). */
+async function indexAllAsDue(redis: RedisClient, records: string, expiries: string): Promise<void> {
+  const names = await redis.hkeys(records);
+  for (let at = 0; at < names.length; at += INDEX_BATCH) {
+    await redis.zadd(expiries, ...names.slice(at, at + INDEX_BATCH).flatMap((name) => [0, name]));
+  }
+}
+
+/** Names entered in an expiry index per ZADD while a store is claimed. */
+const INDEX_BATCH = 1000;
 
 /** Records this format (NX: in an unrecorded store; XX: over an older one) and checks that it holds. */
 async function recordFormat(redis: RedisClient, keys: Keys, mode: 'NX' | 'XX'): Promise<string | undefined> {

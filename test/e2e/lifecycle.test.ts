@@ -7,6 +7,7 @@ import { attachSubscription, markCleanup } from '../../src/redis/calls/control-p
 import { Keys } from '../../src/redis/keys.ts';
 import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
 import { redisTargets, storedBodies } from '../helpers/redis.ts';
+import { scriptsRunBy } from '../helpers/script-calls.ts';
 
 const TOPIC = '/v1/projects/p/topics/life';
 const topicName = { project: 'p', id: 'life', full: 'projects/p/topics/life' };
@@ -236,5 +237,111 @@ for (const target of redisTargets()) {
     );
     const { data } = await topicKeys(broker);
     t.equal(await broker.redis.hlen(data.attached), 1, 'expired subscriptions are detached from the topic');
+  });
+}
+
+/**
+ * Counts the Redis commands the broker's client sends while `work` runs, but GET and HGETALL:
+ * push delivery's listing of the subscription records (set off by the announcements of the
+ * test's creates, at any moment) reads those, and an expiration pass never does.
+ */
+async function commandsSentBy<T>(broker: TestBroker, work: () => Promise<T>): Promise<{ result: T; commands: number }> {
+  let commands = 0;
+  const sendCommand = broker.redis.sendCommand;
+  broker.redis.sendCommand = function (this: unknown, ...args: unknown[]) {
+    const { name } = args[0] as { name: string };
+    if (name !== 'get' && name !== 'hgetall') commands++;
+    return Reflect.apply(sendCommand, this, args);
+  } as typeof sendCommand;
+  try {
+    return { result: await work(), commands };
+  } finally {
+    broker.redis.sendCommand = sendCommand;
+  }
+}
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: an expiration pass costs work per due subscription, not per subscription`, async (t) => {
+    const clock = new ManualClock();
+    const broker = await startBroker(t, { target, clock, name: 'expiry-bound' });
+    const { subscriptions } = broker.app.broker;
+    const now = () => Number(clock.scriptTime());
+    const SUBSCRIPTIONS = 40;
+    await broker.api('PUT', TOPIC, {});
+    for (let i = 0; i < SUBSCRIPTIONS; i++) {
+      const expirationPolicy = i % 2 === 0 ? { ttl: '86400s' } : {};
+      const created = await broker.api('PUT', `/v1/projects/p/subscriptions/bound-${i}`, {
+        topic: topicName.full,
+        expirationPolicy,
+      });
+      t.equal(created.status, 200);
+    }
+
+    clock.advanceSeconds(3600);
+    const early = await commandsSentBy(broker, () => subscriptions.expireIdle(now()));
+    t.equal(early.result, 0);
+    t.ok(early.commands <= 1, `with none due, a pass reads only the index (${early.commands} commands)`);
+
+    // Half of those that may expire are used after 12 hours: only the other ten expire after a day.
+    clock.advanceSeconds(11 * 3600);
+    for (let i = 0; i < SUBSCRIPTIONS; i += 4) {
+      await broker.api('POST', `/v1/projects/p/subscriptions/bound-${i}:pull`, {
+        maxMessages: 1,
+        returnImmediately: true,
+      });
+    }
+    clock.advanceSeconds(12 * 3600 + 1);
+    const due = await commandsSentBy(broker, () => subscriptions.expireIdle(now()));
+    t.equal(due.result, 10, 'the unused ones with a ttl expire');
+    const perDue = due.commands / 20;
+    t.ok(perDue <= 15, `a pass costs a few commands per due subscription (${due.commands} for 20 due)`);
+
+    const after = await commandsSentBy(broker, () => subscriptions.expireIdle(now()));
+    t.equal(after.result, 0);
+    t.ok(after.commands <= 1, `the used ones wait in the index until they may expire (${after.commands} commands)`);
+
+    clock.advanceSeconds(12 * 3600);
+    t.equal(
+      await subscriptions.expireIdle(now()),
+      10,
+      'half a day later, a day after their last use, the used ones expire',
+    );
+    t.equal(
+      (await broker.api('GET', '/v1/projects/p/subscriptions?pageSize=100')).body.subscriptions.length,
+      SUBSCRIPTIONS / 2,
+      'those without a ttl stay',
+    );
+  });
+
+  t.test(`${target.name}: a long-lived stream keeps its subscription with a few touches per ttl`, async (t) => {
+    const clock = new ManualClock();
+    const broker = await startBroker(t, { target, clock, name: 'expiry-stream' });
+    const { subscriptions } = broker.app.broker;
+    const now = () => Number(clock.scriptTime());
+    await broker.api('PUT', TOPIC, {});
+    for (const id of ['streamed', 'idle']) {
+      await broker.api('PUT', `/v1/projects/p/subscriptions/${id}`, {
+        topic: topicName.full,
+        expirationPolicy: { ttl: '86400s' },
+      });
+    }
+    const streamed = await subscriptions.read({
+      project: 'p',
+      id: 'streamed',
+      full: 'projects/p/subscriptions/streamed',
+    });
+    // Three days of heartbeats of two streams on it, one tick every ten minutes, and a pass every hour.
+    const { scripts } = await scriptsRunBy(async () => {
+      for (let minutes = 10; minutes <= 3 * 24 * 60; minutes += 10) {
+        clock.advanceSeconds(600);
+        await subscriptions.touch(streamed);
+        await subscriptions.touch(streamed);
+        if (minutes % 60 === 0) await subscriptions.expireIdle(now());
+      }
+    });
+    const touches = scripts.filter((name) => name === 'touch-subscription').length;
+    t.ok(touches <= 3 * 8 + 1, `the subscription was touched ${touches} times in three days (864 heartbeat ticks)`);
+    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/streamed')).status, 200, 'the streamed one lives');
+    t.equal((await broker.api('GET', '/v1/projects/p/subscriptions/idle')).status, 404, 'the idle one expired');
   });
 }

@@ -7,7 +7,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { packagePath } from '../../src/paths.ts';
-import { b64, startBroker } from '../helpers/app.ts';
+import { buildApp } from '../../src/app.ts';
+import { b64, jsonApi, startBroker } from '../helpers/app.ts';
 import { sampleValue, samplesOf } from '../helpers/metrics.ts';
 import { redisTargets } from '../helpers/redis.ts';
 import { rpc, rpcError, startGrpcBroker, topicName } from '../grpc/_client.ts';
@@ -118,6 +119,38 @@ for (const target of redisTargets()) {
     const after = await scrape();
     t.equal(sampleValue(after, 'pubsub_subscription_num_undelivered_messages', of('work')), undefined);
     t.equal(sampleValue(after, 'pubsub_subscription_ack_message_count_total', of('work')), 3);
+  });
+}
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: each broker on one store scrapes what another changed, at once`, async (t) => {
+    const a = await startBroker(t, { target, name: 'metrics-two' });
+    const redisB = target.connect();
+    const b = await buildApp({ redis: redisB, keyPrefix: a.prefix, pullWaitMs: 200 });
+    t.teardown(async () => {
+      await b.close();
+      redisB.disconnect();
+    });
+    const apiB = jsonApi(b);
+    const undelivered = async (sub: string) =>
+      sampleValue(
+        (await a.app.inject({ method: 'GET', url: '/metrics' })).body,
+        'pubsub_subscription_num_undelivered_messages',
+        { project: 'mp', subscription: sub, topic: 'shared' },
+      );
+    t.equal((await a.api('PUT', `${P}/topics/shared`, {})).status, 200);
+    t.equal((await a.api('PUT', `${P}/subscriptions/first`, { topic: 'projects/mp/topics/shared' })).status, 200);
+    t.equal(await undelivered('first'), 0, 'broker A has read the records once');
+
+    t.equal((await apiB('PUT', `${P}/subscriptions/second`, { topic: 'projects/mp/topics/shared' })).status, 200);
+    const messages = [{ data: b64('one') }, { data: b64('two') }];
+    t.equal((await apiB('POST', `${P}/topics/shared:publish`, { messages })).status, 200);
+    t.equal(await undelivered('second'), 2, 'a subscription created through B is in the next scrape of A');
+    t.equal(await undelivered('first'), 2);
+
+    t.equal((await apiB('DELETE', `${P}/subscriptions/first`)).status, 200);
+    t.equal(await undelivered('first'), undefined, 'one deleted through B has left it');
+    t.equal(await undelivered('second'), 2);
   });
 }
 

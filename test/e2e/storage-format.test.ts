@@ -48,9 +48,13 @@ for (const target of redisTargets()) {
     t.match(problem, /earlier version of the broker \(.*:messages\)/, 'a store with older bodies is refused');
     t.equal(await redis.get(older.storageFormat), null, 'and not claimed');
 
-    for (const format of ['2', '3', '4', '5']) {
+    for (const format of ['2', '3', '4', '5', '6']) {
       const upgraded = new Keys(uniquePrefix(`format-${format}`));
       await redis.set(upgraded.storageFormat, format);
+      // Records put before the expiry indexes existed (its data not attached here: index-holds skips it).
+      const subscription = 'projects/p/subscriptions/older';
+      await redis.hset(upgraded.subscriptions, subscription, JSON.stringify({ topicUid: 'ab', uid: 'cd' }));
+      await redis.hset(upgraded.snapshots, 'projects/p/snapshots/older', '{}');
       t.equal(
         await claimStorageFormat(redis, upgraded, scripts),
         undefined,
@@ -61,6 +65,12 @@ for (const target of redisTargets()) {
         STORAGE_FORMAT,
         `recorded as format ${STORAGE_FORMAT} from then on`,
       );
+      t.equal(
+        await redis.zscore(upgraded.subscriptionExpiries, subscription),
+        '0',
+        'its subscriptions are due for a look',
+      );
+      t.equal(await redis.zscore(upgraded.snapshotExpiries, 'projects/p/snapshots/older'), '0', 'and its snapshots');
     }
 
     const other = new Keys(uniquePrefix('format-other'));

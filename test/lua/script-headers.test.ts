@@ -35,6 +35,7 @@ import {
   putDataOwner,
   putProjectPolicy,
   putTopic,
+  rescheduleExpiry,
 } from '../../src/redis/calls/control-plane.ts';
 import {
   acknowledge,
@@ -466,12 +467,20 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'put-data-owner',
     reply: [codes.REPLY_REFUSED, '{}'],
-    call: (scripts) => putDataOwner(scripts, keys, 'subscription', '0123456789abcdef', { ...put, time }),
+    call: (scripts) =>
+      putDataOwner(scripts, keys, 'subscription', '0123456789abcdef', { ...put, time, expiresAfterUs: 86_400_000_000 }),
   },
   {
     what: 'put-data-owner',
     reply: [codes.REPLY_OK, ''],
-    call: (scripts) => putDataOwner(scripts, keys, 'snapshot', '0123456789abcdef', { ...put, time }),
+    call: (scripts) =>
+      putDataOwner(scripts, keys, 'snapshot', '0123456789abcdef', { ...put, time, expiresAfterUs: undefined }),
+  },
+  {
+    what: 'reschedule-expiry',
+    reply: codes.REPLY_REFUSED,
+    call: (scripts) =>
+      rescheduleExpiry(scripts, keys, 'subscription', { name: 'projects/p/x/y', judged: '{}', dueUs: 1 }),
   },
   {
     what: 'put-project-policy',
@@ -534,8 +543,15 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'count-backlog',
     reply: [codes.REPLY_OK, 1700000001000000, 3, 1, 0, '1700000000000000', codes.REPLY_NO_SUBSCRIPTION, 0, 0, ''],
-    moreKeys: 2 * 9, // nine per subscription counted
-    call: (scripts) => countBacklog(scripts, data, [sub, data.subscription('0123456789abcdef')], time),
+    moreKeys: 2, // one prefix per subscription counted
+    moreArgv: 9, // the names of the keys it reads after each prefix
+    call: (scripts) =>
+      countBacklog(
+        scripts,
+        data,
+        [data.subscriptionPrefix('fedcba9876543210'), data.subscriptionPrefix('0123456789abcdef')],
+        time,
+      ),
   },
   {
     what: 'index-holds',

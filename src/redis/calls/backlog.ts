@@ -1,4 +1,4 @@
-import { holdingKeys, type SubscriptionKeys, type TopicKeys } from '../keys.ts';
+import { COUNTED_KEY_NAMES, holdingKeys, type SubscriptionKeys, type TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
 import { REPLY_NO_SUBSCRIPTION, REPLY_OK, unexpectedReply } from './codes.ts';
 
@@ -104,29 +104,37 @@ export type BacklogCount =
     };
 
 /**
- * Counts subscriptions of one topic incarnation (`data`) in one script: their counts in the same
- * order, and the script's clock (µs), for the ages of their oldest messages.
+ * Counts subscriptions of one topic incarnation (`data`) in one script, each given by its key
+ * prefix (TopicKeys.subscriptionPrefix): their counts in the same order, and the script's clock
+ * (µs), for the ages of their oldest messages.
  */
 export async function countBacklog(
   scripts: Scripts,
   data: TopicKeys,
-  subs: readonly SubscriptionKeys[],
+  subscriptionPrefixes: readonly string[],
   time: string,
 ): Promise<{ nowUs: number; counts: BacklogCount[] }> {
-  const keys = [data.bodies];
-  for (const sub of subs) keys.push(...holdingKeys(sub), sub.keyStates, sub.holds, sub.holdBlocks);
-  const reply = (await scripts.run('count-backlog', keys, [time])) as (number | string)[];
-  if (reply[0] !== REPLY_OK || reply.length !== 2 + 4 * subs.length) throw unexpectedReply('count-backlog', reply);
-  const counts = subs.map((_, i): BacklogCount => {
-    const [unacked, leased, forwarding, oldest] = reply.slice(2 + 4 * i, 6 + 4 * i);
-    if (unacked === REPLY_NO_SUBSCRIPTION) return 'no-subscription';
-    return {
-      unacked: Number(unacked),
-      leased: Number(leased),
-      forwarding: Number(forwarding),
-      oldestUs: oldest === '' ? undefined : Number(oldest),
-    };
-  });
+  const reply = (await scripts.run(
+    'count-backlog',
+    [data.bodies, ...subscriptionPrefixes],
+    [time, ...COUNTED_KEY_NAMES],
+  )) as (number | string)[];
+  if (reply[0] !== REPLY_OK || reply.length !== 2 + 4 * subscriptionPrefixes.length) {
+    throw unexpectedReply('count-backlog', reply);
+  }
+  const counts = new Array<BacklogCount>(subscriptionPrefixes.length);
+  for (let i = 0, at = 2; i < counts.length; i++, at += 4) {
+    const oldest = reply[at + 3];
+    counts[i] =
+      reply[at] === REPLY_NO_SUBSCRIPTION
+        ? 'no-subscription'
+        : {
+            unacked: Number(reply[at]),
+            leased: Number(reply[at + 1]),
+            forwarding: Number(reply[at + 2]),
+            oldestUs: oldest === '' ? undefined : Number(oldest),
+          };
+  }
   return { nowUs: Number(reply[1]), counts };
 }
 

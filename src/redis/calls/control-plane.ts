@@ -84,27 +84,39 @@ export async function putTopic(
 /** What owns data in a topic incarnation, and has its records written by put-data-owner. */
 export type DataOwnerKind = 'subscription' | 'snapshot';
 
-/** Writes a subscription's or a snapshot's state; `topicUid` is the incarnation of the topic it belongs to. */
+/** The records of a kind (HASH full name -> JSON) and its expiry index (ZSET full name -> µs). */
+function recordsAndExpiries(keys: Keys, kind: DataOwnerKind): [string, string] {
+  return kind === 'subscription'
+    ? [keys.subscriptions, keys.subscriptionExpiries]
+    : [keys.snapshots, keys.snapshotExpiries];
+}
+
+/**
+ * Writes a subscription's or a snapshot's state; `topicUid` is the incarnation of the topic it
+ * belongs to, `expiresAfterUs` how long after now it may expire at the earliest (undefined: never).
+ */
 export async function putDataOwner(
   scripts: Scripts,
   keys: Keys,
   kind: DataOwnerKind,
   topicUid: string,
-  put: PutStateCall & { time: ScriptTime },
+  put: PutStateCall & { time: ScriptTime; expiresAfterUs: number | undefined },
 ): Promise<PutStateResult> {
+  const [records, expiries] = recordsAndExpiries(keys, kind);
   const recordKeys =
     kind === 'subscription'
-      ? [keys.subscriptions, keys.subscriptionIndex, keys.subscriptionTombstones, keys.topicSubscriptions(topicUid)]
-      : [keys.snapshots, keys.snapshotIndex, keys.snapshotTombstones, keys.topicSnapshots(topicUid)];
+      ? [records, keys.subscriptionIndex, keys.subscriptionTombstones, keys.topicSubscriptions(topicUid)]
+      : [records, keys.snapshotIndex, keys.snapshotTombstones, keys.topicSnapshots(topicUid)];
   const reply = await scripts.run(
     'put-data-owner',
-    [...recordKeys, keys.pendingCleanups],
+    [...recordKeys, keys.pendingCleanups, keys.ownerChanges, expiries],
     [
       ...stateArgs(put),
       put.time,
       put.limits?.projectPrefix ?? '',
       put.limits?.perProject ?? '',
       put.limits?.perTopic ?? '',
+      put.expiresAfterUs === undefined ? '' : Math.max(0, Math.round(put.expiresAfterUs)),
     ],
   );
   return putResult('put-data-owner', reply as [number, string]);
@@ -118,6 +130,31 @@ export async function putProjectPolicy(scripts: Scripts, keys: Keys, put: PutSta
     [put.mode, put.expected, put.name, put.json, put.version],
   );
   return putResult('put-project-policy', reply as [number, string]);
+}
+
+export interface RescheduleExpiryCall {
+  name: string;
+  /** The record as the expiration pass read it ('' for none). */
+  judged: string;
+  /** When it may expire at the earliest (µs); undefined: never (its entry is removed). */
+  dueUs: number | undefined;
+}
+
+/** Moves a record's entry in the expiry index, unless the record changed since it was judged. */
+export async function rescheduleExpiry(
+  scripts: Scripts,
+  keys: Keys,
+  kind: DataOwnerKind,
+  call: RescheduleExpiryCall,
+): Promise<'moved' | 'changed'> {
+  const reply = await scripts.run('reschedule-expiry', recordsAndExpiries(keys, kind), [
+    call.name,
+    call.judged,
+    call.dueUs === undefined ? '' : Math.round(call.dueUs),
+  ]);
+  if (reply === REPLY_OK) return 'moved';
+  if (reply === REPLY_REFUSED) return 'changed';
+  throw unexpectedReply('reschedule-expiry', reply);
 }
 
 export interface AttachCall {
