@@ -73,6 +73,10 @@ export const KEYS = {
   pullOrdered: 'pull+ack (ordered)',
   publishOrderedEo: 'publish (ordered exactly-once)',
   pullOrderedEo: 'pull+ack (ordered exactly-once)',
+  publishFewKeys: 'publish (1,000 keys, 100 each)',
+  pullFewKeys: 'pull+ack (1,000 keys, 100 each)',
+  publishManyKeys: 'publish (100,000 keys, 1 each)',
+  pullManyKeys: 'pull+ack (100,000 keys, 1 each)',
   streamE2e: 'streaming end-to-end',
   streamLatency: 'streaming latency (paced)',
   bullE2e: 'BullMQ end-to-end',
@@ -122,6 +126,13 @@ export function brokerUsPerMessage(results: BenchResults, key: string): number |
   const cpu = results.cpu[key];
   const w = results.workloads[key];
   return cpu && w ? (cpu.brokerCpuSeconds * 1e6) / w.messages : undefined;
+}
+
+/** Redis CPU microseconds per message of a workload's phase. */
+export function redisUsPerMessage(results: BenchResults, key: string): number | undefined {
+  const cpu = results.cpu[key];
+  const w = results.workloads[key];
+  return cpu && w ? (cpu.redisCpuSeconds * 1e6) / w.messages : undefined;
 }
 
 /** What keepMedianRound ranks rounds by. */
@@ -179,6 +190,7 @@ const BARS = {
   streamRatio: 4,
   regionsShare: 0.7,
   grpcCpuShare: 1.5,
+  manyKeysRedisCpu: 1.3,
   filteredShare: 1,
   grpcReceive: 15_000,
   policiesShare: 0.9,
@@ -243,6 +255,10 @@ export function computeRatios(results: BenchResults): void {
     'filtered fan-out publish / fan-out publish': ratio(
       rate(results, KEYS.publishFiltered),
       rate(results, KEYS.publishFanout),
+    ),
+    'Redis CPU per ordered message, 100,000 keys / 1,000 keys': ratio(
+      redisUsPerMessage(results, KEYS.pullManyKeys),
+      redisUsPerMessage(results, KEYS.pullFewKeys),
     ),
     'broker CPU per streamed message, gRPC / WebSocket': ratio(
       brokerUsPerMessage(results, KEYS.clientReceiveGrpc),
@@ -331,6 +347,15 @@ export function computeBars(results: BenchResults): void {
     times,
     '>= 0.50x',
     [KEYS.pullOrderedEo, KEYS.pullEo],
+  );
+  below(
+    'Redis CPU per ordered pull+ack message, 100,000 keys vs 1,000 keys',
+    results.ratios['Redis CPU per ordered message, 100,000 keys / 1,000 keys'] ?? undefined,
+    BARS.manyKeysRedisCpu,
+    times,
+    '<= 1.30x',
+    true,
+    [KEYS.pullManyKeys, KEYS.pullFewKeys],
   );
   atLeast(
     'streaming end-to-end throughput',
@@ -527,6 +552,10 @@ export function renderReport(results: BenchResults): string {
       results.ratios['ordered exactly-once pull+ack / exactly-once pull+ack'],
       'unordered',
     ),
+    [KEYS.pullManyKeys]: fmtRatio(
+      results.ratios['Redis CPU per ordered message, 100,000 keys / 1,000 keys'],
+      '1,000 keys (Redis CPU)',
+    ),
     [KEYS.streamE2e]: fmtRatio(results.ratios['streaming end-to-end / BullMQ end-to-end'], 'BullMQ'),
     [KEYS.publishRegions]: fmtRatio(results.ratios['publish (2 regions) / publish (1 sub)'], 'single-region'),
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
@@ -570,6 +599,8 @@ export function renderReport(results: BenchResults): string {
   const notes = [
     KEYS.pullOrdered,
     KEYS.pullOrderedEo,
+    KEYS.pullFewKeys,
+    KEYS.pullManyKeys,
     KEYS.streamE2e,
     KEYS.streamLatency,
     KEYS.bullE2e,
