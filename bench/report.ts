@@ -121,19 +121,20 @@ export const CLIENT_ROWS = [
   { key: KEYS.clientPullRaw, what: 'receive+ack', transport: 'REST pull', client: 'bench HTTP client' },
 ] as const;
 
-/** Broker CPU microseconds per message of a workload's phase. */
-export function brokerUsPerMessage(results: BenchResults, key: string): number | undefined {
+/** CPU microseconds per message of a workload's phase, of the broker or of Redis. */
+function usPerMessage(
+  results: BenchResults,
+  key: string,
+  of: 'brokerCpuSeconds' | 'redisCpuSeconds',
+): number | undefined {
   const cpu = results.cpu[key];
   const w = results.workloads[key];
-  return cpu && w ? (cpu.brokerCpuSeconds * 1e6) / w.messages : undefined;
+  return cpu && w ? (cpu[of] * 1e6) / w.messages : undefined;
 }
 
-/** Redis CPU microseconds per message of a workload's phase. */
-export function redisUsPerMessage(results: BenchResults, key: string): number | undefined {
-  const cpu = results.cpu[key];
-  const w = results.workloads[key];
-  return cpu && w ? (cpu.redisCpuSeconds * 1e6) / w.messages : undefined;
-}
+export const brokerUsPerMessage = (results: BenchResults, key: string) =>
+  usPerMessage(results, key, 'brokerCpuSeconds');
+const redisUsPerMessage = (results: BenchResults, key: string) => usPerMessage(results, key, 'redisCpuSeconds');
 
 /** What keepMedianRound ranks rounds by. */
 const ROUND_FIGURES = {
