@@ -7,8 +7,8 @@
  *   BENCH_WARMUP            messages published and pulled before measuring (default 20000; 0 = none)
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
- *                           push, memory, bullmq, ordered, streaming, regions, clients, scheduled,
- *                           outbox, backlog, metrics, auth, waiters (default all)
+ *                           push, memory, bullmq, ordered, keys, streaming, regions, clients,
+ *                           scheduled, outbox, backlog, metrics, auth, waiters (default all)
  *   BENCH_BACKLOG_MESSAGES  the large backlog the backlog pages are read from (default 1000000)
  *   BENCH_METRICS_SUBSCRIPTIONS  subscriptions of the metrics workload (default 10000)
  *   BENCH_METRICS_TOPICS    the topics they are spread over (default 100)
@@ -52,6 +52,7 @@ export const WORKLOAD_NAMES = [
   'memory',
   'bullmq',
   'ordered',
+  'keys',
   'streaming',
   'regions',
   'clients',

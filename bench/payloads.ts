@@ -41,7 +41,7 @@ export class OrderedBodies {
 
   constructor(
     count: number,
-    batch: number,
+    readonly batch: number,
     bytes: number,
     readonly keys: number,
   ) {

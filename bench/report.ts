@@ -73,6 +73,10 @@ export const KEYS = {
   pullOrdered: 'pull+ack (ordered)',
   publishOrderedEo: 'publish (ordered exactly-once)',
   pullOrderedEo: 'pull+ack (ordered exactly-once)',
+  publishFewKeys: 'publish (1,000 keys, 100 each)',
+  pullFewKeys: 'pull+ack (1,000 keys, 100 each)',
+  publishManyKeys: 'publish (100,000 keys, 1 each)',
+  pullManyKeys: 'pull+ack (100,000 keys, 1 each)',
   streamE2e: 'streaming end-to-end',
   streamLatency: 'streaming latency (paced)',
   bullE2e: 'BullMQ end-to-end',
@@ -123,12 +127,20 @@ export const CLIENT_ROWS = [
   { key: KEYS.clientPullRaw, what: 'receive+ack', transport: 'REST pull', client: 'bench HTTP client' },
 ] as const;
 
-/** Broker CPU microseconds per message of a workload's phase. */
-export function brokerUsPerMessage(results: BenchResults, key: string): number | undefined {
+/** CPU microseconds per message of a workload's phase, of the broker or of Redis. */
+function usPerMessage(
+  results: BenchResults,
+  key: string,
+  of: 'brokerCpuSeconds' | 'redisCpuSeconds',
+): number | undefined {
   const cpu = results.cpu[key];
   const w = results.workloads[key];
-  return cpu && w ? (cpu.brokerCpuSeconds * 1e6) / w.messages : undefined;
+  return cpu && w ? (cpu[of] * 1e6) / w.messages : undefined;
 }
+
+export const brokerUsPerMessage = (results: BenchResults, key: string) =>
+  usPerMessage(results, key, 'brokerCpuSeconds');
+const redisUsPerMessage = (results: BenchResults, key: string) => usPerMessage(results, key, 'redisCpuSeconds');
 
 /** What keepMedianRound ranks rounds by. */
 const ROUND_FIGURES = {
@@ -185,6 +197,7 @@ const BARS = {
   streamRatio: 4,
   regionsShare: 0.7,
   grpcCpuShare: 1.5,
+  manyKeysRedisCpu: 1.3,
   filteredShare: 1,
   grpcReceive: 15_000,
   policiesShare: 0.9,
@@ -262,6 +275,10 @@ export function computeRatios(results: BenchResults): void {
     'publish->arrival p50, 1,000 waiting long polls / 1': ratio(
       results.workloads[KEYS.longPollMany]?.latency['publish->arrival']?.p50Ms,
       results.workloads[KEYS.longPollOne]?.latency['publish->arrival']?.p50Ms,
+    ),
+    'Redis CPU per ordered message, 100,000 keys / 1,000 keys': ratio(
+      redisUsPerMessage(results, KEYS.pullManyKeys),
+      redisUsPerMessage(results, KEYS.pullFewKeys),
     ),
     'broker CPU per streamed message, gRPC / WebSocket': ratio(
       brokerUsPerMessage(results, KEYS.clientReceiveGrpc),
@@ -350,6 +367,15 @@ export function computeBars(results: BenchResults): void {
     times,
     '>= 0.50x',
     [KEYS.pullOrderedEo, KEYS.pullEo],
+  );
+  below(
+    'Redis CPU per ordered pull+ack message, 100,000 keys vs 1,000 keys',
+    results.ratios['Redis CPU per ordered message, 100,000 keys / 1,000 keys'] ?? undefined,
+    BARS.manyKeysRedisCpu,
+    times,
+    '<= 1.30x',
+    true,
+    [KEYS.pullManyKeys, KEYS.pullFewKeys],
   );
   atLeast(
     'streaming end-to-end throughput',
@@ -581,6 +607,10 @@ export function renderReport(results: BenchResults): string {
       results.ratios['ordered exactly-once pull+ack / exactly-once pull+ack'],
       'unordered',
     ),
+    [KEYS.pullManyKeys]: fmtRatio(
+      results.ratios['Redis CPU per ordered message, 100,000 keys / 1,000 keys'],
+      '1,000 keys (Redis CPU)',
+    ),
     [KEYS.streamE2e]: fmtRatio(results.ratios['streaming end-to-end / BullMQ end-to-end'], 'BullMQ'),
     [KEYS.publishRegions]: fmtRatio(results.ratios['publish (2 regions) / publish (1 sub)'], 'single-region'),
     [KEYS.pullRegions]: fmtRatio(results.ratios['pull+ack (2 regions) / pull+ack'], 'single-region'),
@@ -624,6 +654,8 @@ export function renderReport(results: BenchResults): string {
   const notes = [
     KEYS.pullOrdered,
     KEYS.pullOrderedEo,
+    KEYS.pullFewKeys,
+    KEYS.pullManyKeys,
     KEYS.streamE2e,
     KEYS.streamLatency,
     KEYS.bullE2e,

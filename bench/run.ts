@@ -62,6 +62,9 @@ import {
 const KEY_PREFIX = 'bench';
 /** How far ahead the scheduled workload sets its delivery time: past the end of its publish. */
 const SCHEDULED_LEAD_MS = 20_000;
+/** The keys workload: its messages, one per key over many keys, a hundred per key over few. */
+const MANY_ORDERING_KEYS = 100_000;
+const FEW_ORDERING_KEYS = 1_000;
 /** Messages per pull in the outbox workload, each batch settled with its follow-ups. */
 const OUTBOX_BATCH = 100;
 /** Pages of 1,000 read from each backlog in each round of the backlog workload, and its rounds. */
@@ -402,20 +405,23 @@ async function main(): Promise<void> {
      * 100 messages of one key per request), then pull+ack as for unordered subscriptions, with
      * every delivery checked against the key's publish order. No `keys`: a warm-up.
      */
-    const K = config.orderingKeys;
-    const orderedBodies = new OrderedBodies(64, config.publishBatch, config.dataBytes, K);
+    const standardOrderedBodies = new OrderedBodies(64, config.publishBatch, config.dataBytes, config.orderingKeys);
     const orderedPublishAndDrain = async (
       topicId: string,
       exactlyOnce: boolean,
       count: number,
       keys?: { publish: string; pull: string },
+      /** The keys and the messages of one key per request (default: BENCH_ORDERING_KEYS, a batch). */
+      orderedBodies = standardOrderedBodies,
     ) => {
       await createTopic(client, topicId, [{ id: topicId, exactlyOnce, ordered: true }]);
       const checker = new OrderChecker();
+      const K = orderedBodies.keys;
       // Round-robin: with fewer requests than keys, only the first keys get messages.
-      const keysUsed = Math.min(K, count / config.publishBatch);
+      const keysUsed = Math.min(K, count / orderedBodies.batch);
       const publish = () =>
         publishMessages(keys?.publish ?? 'warm-up (ordered)', topicId, count, {
+          batch: orderedBodies.batch,
           body: (i) => orderedBodies.body(i, i % K),
           orderingKeyOf: (i) => i % K,
           onPublished: (i, ids) => checker.record(orderedBodies.keyName(i % K), ids),
@@ -1068,7 +1074,7 @@ async function main(): Promise<void> {
         await drainMessages('warm-up', id, warm);
       }
       await deleteTopic(client, 'warmup', ['warmup', 'warmup-eo']);
-      if (runs('ordered')) {
+      if (runs('ordered') || runs('keys')) {
         log(`warm-up ordered (${warm} messages, twice)...`);
         await orderedPublishAndDrain('warmup-ordered', false, warm);
         await orderedPublishAndDrain('warmup-ordered-eo', true, warm);
@@ -1094,6 +1100,25 @@ async function main(): Promise<void> {
         publish: KEYS.publishOrderedEo,
         pull: KEYS.pullOrderedEo,
       });
+    }
+    if (runs('keys')) {
+      // The same messages over few keys (a hundred each, published a hundred per request) and
+      // over many (one each, one per request): pull+ack must cost Redis as much per message.
+      const perFewKeys = MANY_ORDERING_KEYS / FEW_ORDERING_KEYS;
+      await orderedPublishAndDrain(
+        'bench-keys-few',
+        false,
+        MANY_ORDERING_KEYS,
+        { publish: KEYS.publishFewKeys, pull: KEYS.pullFewKeys },
+        new OrderedBodies(64, perFewKeys, config.dataBytes, FEW_ORDERING_KEYS),
+      );
+      await orderedPublishAndDrain(
+        'bench-keys-many',
+        false,
+        MANY_ORDERING_KEYS,
+        { publish: KEYS.publishManyKeys, pull: KEYS.pullManyKeys },
+        new OrderedBodies(64, 1, config.dataBytes, MANY_ORDERING_KEYS),
+      );
     }
     if (runs('publish2')) {
       await createTopic(client, 'bench-2subs', [{ id: 'bench-2subs-a' }, { id: 'bench-2subs-b' }]);

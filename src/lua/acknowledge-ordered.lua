@@ -95,15 +95,27 @@ argv_chunks(3, function(members)
   redis.call('ZREM', keyed_key, unpack(ended_keyed))
   redis.call('HDEL', deliveries_key, unpack(ended_keyed_seqs))
   -- A key with nothing outstanding any more goes back to the ready list, in the order in which
-  -- its last outstanding message was acknowledged.
+  -- its last outstanding message was acknowledged. The outstanding counts of all the keys are
+  -- read and written at once.
   local keys = {}
-  for key in pairs(acked_per_key) do keys[#keys + 1] = key end
-  table.sort(keys, function(a, b) return last_ack_of_key[a] < last_ack_of_key[b] end)
-  for _, key in ipairs(keys) do
-    if redis.call('HINCRBY', key_states_key, key, -acked_per_key[key]) <= 0 then
-      if release_key(key_structures, key, false) then woke = true end
+  for j = 1, #ending do
+    if key_of[j] and last_ack_of_key[key_of[j]] == j then keys[#keys + 1] = key_of[j] end
+  end
+  local counts = redis.call('HMGET', key_states_key, unpack(keys))
+  local still_busy, freed = {}, {}
+  for i, key in ipairs(keys) do
+    -- A live lease keeps its key busy, so its state is a count (invariant 3 of SCHEMA.md); a
+    -- queued key would have its marker already.
+    local outstanding = (tonumber(counts[i]) or 0) - acked_per_key[key]
+    if outstanding > 0 then
+      still_busy[#still_busy + 1] = key
+      still_busy[#still_busy + 1] = outstanding
+    elseif counts[i] ~= 'q' then
+      freed[#freed + 1] = key
     end
   end
+  if #still_busy > 0 then redis.call('HSET', key_states_key, unpack(still_busy)) end
+  if release_keys(key_structures, freed) then woke = true end
 end)
 if woke then redis.call('PUBLISH', ARGV[2], '1') end
 return results

@@ -334,6 +334,27 @@ local function release_key(keys, key, to_front, due)
   return true
 end
 
+-- release_key for several keys, each to the back of the ready list, in the order given, with
+-- one write of each structure. Returns true when any of them became deliverable.
+local function release_keys(keys, list)
+  local idle, queued, markers = {}, {}, {}
+  for _, key in ipairs(list) do
+    local min, max = key_range(key)
+    if #redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, 1) == 0 then
+      idle[#idle + 1] = key
+    else
+      queued[#queued + 1] = key
+      queued[#queued + 1] = 'q'
+      markers[#markers + 1] = 'k:' .. key
+    end
+  end
+  if #idle > 0 then redis.call('HDEL', keys.states, unpack(idle)) end
+  if #markers == 0 then return false end
+  redis.call('HSET', keys.states, unpack(queued))
+  redis.call('RPUSH', keys.ready, unpack(markers))
+  return true
+end
+
 -- The redelivery cascade: the outstanding delivery of `seq` ends, and every later outstanding
 -- one of its key loses its lease and waits again, in order. Outstanding messages of a key always
 -- form the front of its range, and at most one pull's worth (1000) of them exists. How the

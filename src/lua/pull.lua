@@ -134,64 +134,114 @@ local function deliver_unkeyed(entry)
   end
 end
 
+-- The writes of the keys served by one batch of popped entries (serve_key), made together
+-- once the batch is served: keyed deliveries (seq, delivery, ...) and busy keys' outstanding
+-- counts (key, count, ...).
+local delivered, busy = {}, {}
+local function write_served_keys()
+  if #delivered > 0 then redis.call('HSET', keys.deliveries, unpack(delivered)) end
+  if #busy > 0 then redis.call('HSET', keys.states, unpack(busy)) end
+  delivered, busy = {}, {}
+end
+
 -- Leases the key's oldest messages (it has nothing outstanding when its marker is popped), up to
--- the first one still waiting out a backoff or for its delivery time. Their deliveries are read, and the changes written,
--- in one call each: the members are distinct messages, so nothing read here changes before it
--- is used.
-local function deliver_key(key)
-  local min, max = key_range(key)
-  local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
+-- the first one still waiting out a backoff or for its delivery time. `members` are the first
+-- of its range, infos[at], infos[at + 1], ... their keyed deliveries (read for the whole batch):
+-- the members are distinct messages, so nothing read there changes before it is used here.
+local function serve_key(key, members, infos, at)
   local outstanding, waits_until = 0, nil
-  if #members > 0 then
-    local seqs = {}
-    for i, member in ipairs(members) do seqs[i] = keyed_member_seq(member) end
-    local infos = redis.call('HMGET', keys.deliveries, unpack(seqs))
-    local delivered, gone, gone_seqs = {}, {}, {}
-    for i, member in ipairs(members) do
-      if not has_room() then break end -- the rest of the key waits until these are acked
-      local seq = seqs[i]
-      local gen, uncounted, due = 0, 0, nil
-      if infos[i] then
-        local info_gen, _, _, info_uncounted, info_due = split_keyed_delivery(infos[i])
-        gen, uncounted, due = info_gen, info_uncounted, info_due
-      end
-      if due and due > now then
-        waits_until = due
-        break
-      end
-      local size = stored_size(seq)
-      local attempts = attempts_of(gen) - uncounted
-      if size > 0 and may_forward and dead_letters(policy, attempts) then
-        -- Only the key's oldest message is forwarded; the key waits until it is.
-        if outstanding == 0 then
-          delivered[#delivered + 1] = seq
-          delivered[#delivered + 1] = keyed_delivery(gen, 'f', key, uncounted)
-          forward(seq, gen, attempts)
-          outstanding = 1
-        end
-        break
-      elseif size > 0 then
-        delivered[#delivered + 1] = seq
-        delivered[#delivered + 1] = keyed_delivery(gen + 1, 'o', key, uncounted)
-        lease(seq, gen + 1, size, attempts + 1)
-        outstanding = outstanding + 1
-      else
-        gone[#gone + 1] = member
-        gone_seqs[#gone_seqs + 1] = seq
-      end
+  local gone, gone_seqs = {}, {}
+  for i, member in ipairs(members) do
+    if not has_room() then break end -- the rest of the key waits until these are acked
+    local seq = keyed_member_seq(member)
+    local gen, uncounted, due = 0, 0, nil
+    local info = infos[at + i - 1]
+    if info then
+      local info_gen, _, _, info_uncounted, info_due = split_keyed_delivery(info)
+      gen, uncounted, due = info_gen, info_uncounted, info_due
     end
-    if #delivered > 0 then redis.call('HSET', keys.deliveries, unpack(delivered)) end
-    if #gone > 0 then
-      redis.call('ZREM', keys.keyed, unpack(gone))
-      redis.call('HDEL', keys.deliveries, unpack(gone_seqs))
-      for _, seq in ipairs(gone_seqs) do bodiless[#bodiless + 1] = seq end
+    if due and due > now then
+      waits_until = due
+      break
+    end
+    local size = stored_size(seq)
+    local attempts = attempts_of(gen) - uncounted
+    if size > 0 and may_forward and dead_letters(policy, attempts) then
+      -- Only the key's oldest message is forwarded; the key waits until it is.
+      if outstanding == 0 then
+        delivered[#delivered + 1] = seq
+        delivered[#delivered + 1] = keyed_delivery(gen, 'f', key, uncounted)
+        forward(seq, gen, attempts)
+        outstanding = 1
+      end
+      break
+    elseif size > 0 then
+      delivered[#delivered + 1] = seq
+      delivered[#delivered + 1] = keyed_delivery(gen + 1, 'o', key, uncounted)
+      lease(seq, gen + 1, size, attempts + 1)
+      outstanding = outstanding + 1
+    else
+      gone[#gone + 1] = member
+      gone_seqs[#gone_seqs + 1] = seq
     end
   end
+  if #gone > 0 then
+    redis.call('ZREM', keys.keyed, unpack(gone))
+    redis.call('HDEL', keys.deliveries, unpack(gone_seqs))
+    for _, seq in ipairs(gone_seqs) do bodiless[#bodiless + 1] = seq end
+  end
   if outstanding > 0 then
-    redis.call('HSET', keys.states, key, outstanding)
+    busy[#busy + 1] = key
+    busy[#busy + 1] = outstanding
   else
     release_key(keys, key, false, waits_until)
   end
+end
+
+-- Serves entries popped from the front of the ready list, in order. A key may take several
+-- slots: its oldest messages are read first, one range per key, for the entries up to the one
+-- whose messages make `remaining` (what an earlier key cannot take yet leaves room to the later
+-- ones); then the keyed deliveries of all of them in one read. What is not served goes back in
+-- front, in order.
+local function serve(entries)
+  local members_of, seqs, first_of = {}, {}, {}
+  local wanted, taken = 0, #entries
+  for i, entry in ipairs(entries) do
+    if wanted >= remaining then
+      taken = i - 1
+      break
+    end
+    if string.sub(entry, 1, 2) == 'k:' then
+      local min, max = key_range(string.sub(entry, 3))
+      local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
+      members_of[i], first_of[i] = members, #seqs + 1
+      for _, member in ipairs(members) do seqs[#seqs + 1] = keyed_member_seq(member) end
+      wanted = wanted + #members
+    else
+      wanted = wanted + 1
+    end
+  end
+  local infos = {}
+  in_chunks(seqs, 1, function(chunk)
+    for _, info in ipairs(redis.call('HMGET', keys.deliveries, unpack(chunk))) do infos[#infos + 1] = info end
+  end)
+  for i = 1, taken do
+    if not has_room() then
+      taken = i - 1
+      break
+    end
+    local members = members_of[i]
+    if members then
+      serve_key(string.sub(entries[i], 3), members, infos, first_of[i])
+    else
+      deliver_unkeyed(entries[i])
+    end
+  end
+  write_served_keys()
+  -- LPUSH puts its last argument at the front: the first one not served goes last.
+  local unserved = {}
+  for i = #entries, taken + 1, -1 do unserved[#unserved + 1] = entries[i] end
+  in_chunks(unserved, 1, function(chunk) redis.call('LPUSH', ready_key, unpack(chunk)) end)
 end
 
 -- Forwards whose claim ran out (their forwarder stopped before finishing) are handed over again.
@@ -253,14 +303,7 @@ end
 while has_room() do
   local entries = redis.call('LPOP', ready_key, remaining)
   if not entries then break end
-  for i, entry in ipairs(entries) do
-    if not has_room() then
-      -- A key took several slots: what was popped but not served goes back in front, in order.
-      for j = #entries, i, -1 do redis.call('LPUSH', ready_key, entries[j]) end
-      break
-    end
-    if string.sub(entry, 1, 2) == 'k:' then deliver_key(string.sub(entry, 3)) else deliver_unkeyed(entry) end
-  end
+  serve(entries)
 end
 
 -- Stores the new leases and claims or, when nothing was leased, tells the caller in how many
