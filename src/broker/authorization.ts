@@ -12,6 +12,7 @@ import {
   type PolicyInput,
   type ResourceKind,
   renderPolicy,
+  sameEtag,
   type StoredPolicy,
 } from './iam-policy.ts';
 import { type Collection, checkProject, type ResourceName, resourceName } from './names.ts';
@@ -133,8 +134,9 @@ export class Authorizer {
     const asked = checkPolicy(request.policy);
     await this.require(caller, iamPermission(resource.kind, 'setIamPolicy'), resource.full);
     const decide = (current: StoredPolicy | undefined): StoredPolicy => {
-      const expected = request.policy?.etag;
-      if (expected !== undefined && mask.includes('etag') && expected !== (current?.etag ?? EMPTY_POLICY_ETAG)) {
+      // An empty etag is none (proto3: bytes not set).
+      const expected = request.policy?.etag || undefined;
+      if (expected !== undefined && mask.includes('etag') && !sameEtag(expected, current?.etag ?? EMPTY_POLICY_ETAG)) {
         throw new ApiError(
           'ABORTED',
           'There were concurrent policy changes. Please retry the whole read-modify-write with exponential backoff.',

@@ -108,6 +108,12 @@ export interface PolicyInput {
 export const EMPTY_POLICY_ETAG = 'ACAB';
 
 /**
+ * Whether two etags are the same bytes. An etag is bytes, written in base64; clients may send it
+ * back in the URL-safe alphabet and without padding (gcloud does), so the bytes are compared.
+ */
+export const sameEtag = (a: string, b: string): boolean => Buffer.from(a, 'base64').equals(Buffer.from(b, 'base64'));
+
+/**
  * The members a policy may name: one principal as authentication names it (`user:`,
  * `serviceAccount:`), or everyone. Callers belong to no groups or domains here, so bindings to
  * those are refused rather than kept to match nobody.
