@@ -8,7 +8,7 @@
  *   BENCH_BULLMQ_CONCURRENCY  BullMQ Worker concurrency (default 100)
  *   BENCH_ONLY              comma list of: publish, pull, eo, publish2, filters, policies, replay,
  *                           push, memory, bullmq, ordered, keys, streaming, regions, clients,
- *                           scheduled, outbox, backlog, metrics, auth, waiters (default all)
+ *                           scheduled, outbox, backlog, metrics, auth, waiters, small (default all)
  *   BENCH_BACKLOG_MESSAGES  the large backlog the backlog pages are read from (default 1000000)
  *   BENCH_METRICS_SUBSCRIPTIONS  subscriptions of the metrics workload (default 10000)
  *   BENCH_METRICS_TOPICS    the topics they are spread over (default 100)
@@ -19,6 +19,11 @@
  *   BENCH_WAITERS_STREAMS   connected streams of its largest streaming run (default 1000)
  *   BENCH_WAITERS_POLLS     waiting long polls of its one-message publishes (default 1000)
  *   BENCH_WAITERS_ROUNDS    one-message publishes per long-poll run (default 20)
+ *   BENCH_SMALL_CONNECTIONS connections of the small-requests workload, each sending one request at a
+ *                           time (default 16)
+ *   BENCH_SMALL_SECONDS     how long each of its loops sends (default 5)
+ *   BENCH_SMALL_ROUNDS      its rounds, the loops alternating; each reports its median round (default 3)
+ *   BENCH_SMALL_BACKLOG     messages (64 bytes each) published before each round's pulls (default 150000)
  *   BENCH_LATENCY_RATE      messages/s of the paced latency run (default 5000)
  *   BENCH_LATENCY_SECONDS   its length (default 10)
  *   BENCH_LATENCY_BATCH     messages per publish request in it (default 10)
@@ -62,6 +67,7 @@ export const WORKLOAD_NAMES = [
   'metrics',
   'auth',
   'waiters',
+  'small',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
@@ -78,6 +84,10 @@ export interface BenchConfig {
   waitersStreams: number;
   waitersPolls: number;
   waitersRounds: number;
+  smallConnections: number;
+  smallSeconds: number;
+  smallRounds: number;
+  smallBacklog: number;
   latencyRate: number;
   latencySeconds: number;
   latencyBatch: number;
@@ -134,6 +144,10 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     waitersStreams: positiveInt(env, 'BENCH_WAITERS_STREAMS', 1000),
     waitersPolls: positiveInt(env, 'BENCH_WAITERS_POLLS', 1000),
     waitersRounds: positiveInt(env, 'BENCH_WAITERS_ROUNDS', 20),
+    smallConnections: positiveInt(env, 'BENCH_SMALL_CONNECTIONS', 16),
+    smallSeconds: positiveInt(env, 'BENCH_SMALL_SECONDS', 5),
+    smallRounds: positiveInt(env, 'BENCH_SMALL_ROUNDS', 3),
+    smallBacklog: positiveInt(env, 'BENCH_SMALL_BACKLOG', 150_000),
     latencyRate: positiveInt(env, 'BENCH_LATENCY_RATE', 5000),
     latencySeconds: positiveInt(env, 'BENCH_LATENCY_SECONDS', 10),
     latencyBatch: positiveInt(env, 'BENCH_LATENCY_BATCH', 10),

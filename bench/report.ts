@@ -109,6 +109,11 @@ export const KEYS = {
   streamMany: 'streaming end-to-end (1,000 streams)',
   longPollOne: 'one-message publish (1 waiting long poll)',
   longPollMany: 'one-message publish (1,000 waiting long polls)',
+  smallBare: 'small: bare Fastify route, one EVALSHA',
+  smallPublish: 'small: one-message publish',
+  smallPull: 'small: pull of up to 5',
+  smallModify: 'small: modifyAckDeadline of up to 5',
+  smallAck: 'small: acknowledge of up to 5',
 } as const;
 
 /** The client comparison's rows: workload key, what it does, which transport and client. */
@@ -126,6 +131,9 @@ export const CLIENT_ROWS = [
   { key: KEYS.clientReceiveWs, what: 'receive+ack', transport: 'WebSocket', client: 'src/client' },
   { key: KEYS.clientPullRaw, what: 'receive+ack', transport: 'REST pull', client: 'bench HTTP client' },
 ] as const;
+
+/** The small-requests workload's rows, the floor first. */
+const SMALL_ROWS = [KEYS.smallBare, KEYS.smallPublish, KEYS.smallPull, KEYS.smallModify, KEYS.smallAck];
 
 /** CPU microseconds per message of a workload's phase, of the broker or of Redis. */
 function usPerMessage(
@@ -214,6 +222,7 @@ const BARS = {
   manyStreamsCpuShare: 1.2,
   scriptsPerWakeup: 2,
   manyWaitersArrival: 2,
+  smallPublishShare: 0.7,
 };
 
 const rate = (results: BenchResults, key: string) => results.workloads[key]?.msgPerSec;
@@ -280,6 +289,7 @@ export function computeRatios(results: BenchResults): void {
       redisUsPerMessage(results, KEYS.pullManyKeys),
       redisUsPerMessage(results, KEYS.pullFewKeys),
     ),
+    'one-message publish / bare Fastify route': ratioOfRates(KEYS.smallPublish, KEYS.smallBare),
     'broker CPU per streamed message, gRPC / WebSocket': ratio(
       brokerUsPerMessage(results, KEYS.clientReceiveGrpc),
       brokerUsPerMessage(results, KEYS.clientReceiveWs),
@@ -548,6 +558,14 @@ export function computeBars(results: BenchResults): void {
     true,
     [KEYS.longPollMany, KEYS.longPollOne],
   );
+  atLeast(
+    'one-message publishes vs a bare Fastify route running one EVALSHA',
+    results.ratios['one-message publish / bare Fastify route'],
+    BARS.smallPublishShare,
+    times,
+    '>= 0.70x',
+    [KEYS.smallPublish, KEYS.smallBare],
+  );
   atLeast('push delivery end-to-end', rate(results, KEYS.push), BARS.push, fmtRate, '>= 10,000 msg/s', [KEYS.push]);
   below(
     'broker CPU per streamed message, gRPC vs WebSocket',
@@ -704,6 +722,40 @@ export function renderReport(results: BenchResults): string {
         false,
         false,
         false,
+        true,
+        true,
+        true,
+        true,
+      ]),
+    );
+  }
+
+  const smallRows = SMALL_ROWS.filter((key) => results.workloads[key]).map((key) => {
+    const w = results.workloads[key];
+    const cpu = results.cpu[key];
+    const perRequest = (seconds: number | undefined) =>
+      seconds === undefined ? '-' : ((seconds * 1e6) / w.messages).toFixed(1);
+    const bare = rate(results, KEYS.smallBare);
+    return [
+      key,
+      `${int(w.msgPerSec)}${cpu?.disturbed ? ' !' : ''}`,
+      bare ? `${(w.msgPerSec / bare).toFixed(2)}x` : '-',
+      ms(w.latency.request.p50Ms),
+      perRequest(cpu?.brokerCpuSeconds),
+      perRequest(cpu?.redisCpuSeconds),
+      perRequest(cpu?.clientCpuSeconds),
+    ];
+  });
+  if (smallRows.length) {
+    out.push('');
+    out.push(
+      'Small requests (requests/s on keep-alive connections, one request at a time each; "server" = the broker, or the bare route; CPU in µs per request)',
+    );
+    out.push(
+      table(['workload', 'req/s', 'vs bare', 'p50 ms', 'server', 'redis', 'client'], smallRows, [
+        false,
+        true,
+        true,
         true,
         true,
         true,

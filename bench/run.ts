@@ -30,7 +30,7 @@ import { loadBenchConfig, type WorkloadName } from './config.ts';
 import { HttpClient } from './http.ts';
 import { housekeepingPasses } from './housekeeping-workload.ts';
 import { scrapeMetrics, setUpMetricsWorkload, tearDownMetricsWorkload } from './metrics-workload.ts';
-import { Latency, sleep } from './stats.ts';
+import { Latency, runConcurrently, sleep } from './stats.ts';
 import { idempotentBodies, OrderedBodies, publishBodies, randomPayloads } from './payloads.ts';
 import {
   cleanup,
@@ -46,6 +46,16 @@ import {
 } from './processes.ts';
 import { streamingLatencyWorkload, streamingThroughputWorkload, type StreamSettings } from './streaming-workloads.ts';
 import { longPollWakeupWorkload } from './waiters-workloads.ts';
+import {
+  acknowledgeRequests,
+  bareRequests,
+  modifyRequests,
+  publishRequests,
+  pullRequests,
+  requestLoop,
+  SMALL_MESSAGE,
+  startBareRoute,
+} from './small-requests.ts';
 import {
   computeBars,
   computeRatios,
@@ -234,6 +244,14 @@ async function main(): Promise<void> {
       latencyMessagesPerRequest: config.latencyBatch,
       bullmqE2eWorkers: config.bullmqE2eWorkers,
       bullmqE2eWorkerConcurrency: config.bullmqE2eConcurrency,
+      ...(runs('small')
+        ? {
+            smallConnections: config.smallConnections,
+            smallSeconds: config.smallSeconds,
+            smallRounds: config.smallRounds,
+            smallBacklog: config.smallBacklog,
+          }
+        : {}),
       ...(runs('clients')
         ? { clientMessages: config.clientMessages, clientPublishWindow: config.clientPublishWindow }
         : {}),
@@ -845,6 +863,96 @@ async function main(): Promise<void> {
     };
 
     /**
+     * Small requests (bench/small-requests.ts): BENCH_SMALL_ROUNDS rounds, each running for
+     * BENCH_SMALL_SECONDS the bare Fastify route and one-message publishes (in alternating
+     * order), then pulls of up to 5 from a fresh backlog, deadline changes of what they got, and
+     * acknowledgements of all of it. Each keeps its median round by throughput.
+     */
+    const smallWorkload = async () => {
+      const bare = await startBareRoute(redis!.url);
+      ownPids.push(bare.pid);
+      onCleanup(() => bare.stop());
+      log(`bare Fastify route on ${bare.baseUrl} (pid ${bare.pid})`);
+      const onBare: Deployment = { brokers: { '': bare.pid }, redis: single.redis };
+      const topicId = 'bench-small';
+      await createTopic(client, topicId, [{ id: topicId }]);
+      // Nothing pulled may run out while the deadline changes and acknowledgements wait their turn.
+      await client.json('PATCH', subscriptionPath(topicId), {
+        subscription: { ackDeadlineSeconds: 600 },
+        updateMask: 'ackDeadlineSeconds',
+      });
+      const loop = (workload: string, baseUrl: string, next: Parameters<typeof requestLoop>[0]['next']) =>
+        requestLoop({ workload, baseUrl, connections: config.smallConnections, seconds: config.smallSeconds, next });
+      const fill = async (count: number) => {
+        const batch = { messages: Array.from({ length: config.publishBatch }, () => SMALL_MESSAGE) };
+        let left = Math.ceil(count / config.publishBatch);
+        await runConcurrently(c, config.timeoutMs, 'small: backlog', async () => {
+          while (left-- > 0) await client.json('POST', `${topicPath(topicId)}:publish`, batch);
+        });
+      };
+      const sides = [
+        { key: KEYS.smallBare, baseUrl: bare.baseUrl, next: bareRequests(), on: onBare },
+        { key: KEYS.smallPublish, baseUrl: broker!.baseUrl, next: publishRequests(topicId), on: single },
+      ];
+      const repeats = (key: string) =>
+        Array.from({ length: config.smallRounds - 1 }, (_, i) => `${key} (round ${i + 2})`);
+      const phaseOf = (key: string, round: number) => (round === 0 ? key : repeats(key)[round - 1]);
+      try {
+        // Warm-up, not measured: both servers compile their paths.
+        for (const side of sides)
+          await requestLoop({
+            workload: 'warm-up',
+            baseUrl: side.baseUrl,
+            connections: config.smallConnections,
+            seconds: 1,
+            next: side.next,
+          });
+        for (let round = 0; round < config.smallRounds; round++) {
+          for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
+            const phase = phaseOf(side.key, round);
+            record(phase, await measure(phase, () => loop(phase, side.baseUrl, side.next), side.on));
+          }
+          await fill(config.smallBacklog);
+          const leased: string[][] = [];
+          const modified: string[][] = [];
+          const pullPhase = phaseOf(KEYS.smallPull, round);
+          record(
+            pullPhase,
+            await measure(pullPhase, () => loop(pullPhase, broker!.baseUrl, pullRequests(topicId, 5, leased))),
+          );
+          const modifyPhase = phaseOf(KEYS.smallModify, round);
+          record(
+            modifyPhase,
+            await measure(modifyPhase, () =>
+              loop(modifyPhase, broker!.baseUrl, modifyRequests(topicId, leased, modified)),
+            ),
+          );
+          // Every group is acknowledged: those whose deadline changed, then the rest.
+          const ackPhase = phaseOf(KEYS.smallAck, round);
+          const groups = [...modified, ...leased.slice(modified.length)];
+          record(
+            ackPhase,
+            await measure(ackPhase, () =>
+              requestLoop({
+                workload: ackPhase,
+                baseUrl: broker!.baseUrl,
+                connections: config.smallConnections,
+                seconds: config.timeoutMs / 1000,
+                next: acknowledgeRequests(topicId, groups),
+              }),
+            ),
+          );
+        }
+        for (const key of [KEYS.smallBare, KEYS.smallPublish, KEYS.smallPull, KEYS.smallModify, KEYS.smallAck]) {
+          keepMedianRound(results, key, repeats(key), 'msgPerSec');
+        }
+        await deleteTopic(client, topicId, [topicId]);
+      } finally {
+        bare.stop();
+      }
+    };
+
+    /**
      * Replay: pull+ack with retainAckedMessages against without (two topics: the log is the
      * topic's), then seeks over a backlog of BENCH_SEEK_MESSAGES retained messages.
      */
@@ -1254,6 +1362,7 @@ async function main(): Promise<void> {
       }
     }
     if (runs('clients')) await clientsWorkload();
+    if (runs('small')) await smallWorkload();
     if (runs('memory')) {
       const memory = await measure('memory (2 subs, retained)', () =>
         memoryWorkload({

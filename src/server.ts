@@ -7,6 +7,7 @@ import type { Region } from './broker/regions.ts';
 import { loadConfig, ConfigError, type RegionRedis } from './config.ts';
 import { ManagedRedis, ManagedRedisError } from './redis/managed.ts';
 import type { RedisClient } from './redis/client.ts';
+import { coalesceWrites } from './redis/coalesced-writes.ts';
 
 /**
  * The only file that listens. Starts (or re-adopts) the managed Redis when no REDIS_URL or
@@ -38,6 +39,7 @@ function connect(target: RegionRedis, queueWhileOffline = false): RedisClient {
     : new Redis(target.url!, options);
   // It reconnects by itself; requests meanwhile answer UNAVAILABLE.
   client.on('error', () => {});
+  coalesceWrites(client);
   return client;
 }
 
