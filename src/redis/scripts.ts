@@ -4,9 +4,10 @@ import type { RedisClient } from './client.ts';
 import { packagePath } from '../paths.ts';
 import { BinaryArgsCommand, type BulkStrings } from './binary-command.ts';
 import { masterNodes } from './nodes.ts';
+import { preludeFor } from './prelude.ts';
 
 /**
- * Loads every script in src/lua, prepends the shared prelude, and registers each with
+ * Loads every script in src/lua, prepends what it uses of the shared prelude, and registers each with
  * ioredis (EVALSHA, falling back to EVAL after a Redis restart empties the script cache).
  * `Scripts.run` / `runEncoded` / `runStaged` pass KEYS and ARGV explicitly: every key a script
  * touches is declared in KEYS. Their only callers are the wrappers in calls/, one per script:
@@ -72,19 +73,20 @@ type Arg = string | number | Buffer;
 type ScriptCaller = (numberOfKeys: number, ...args: Arg[]) => Promise<unknown>;
 
 /**
- * Every script as sent to Redis: the prelude, its steps (STEPS), then the script. Read from disk
- * once per process.
+ * Every script as sent to Redis: the part of the prelude it uses (prelude.ts), its steps
+ * (STEPS), then the script. Read from disk once per process.
  */
 let scriptSources: Map<ScriptName, string> | undefined;
 function loadScriptSources(): Map<ScriptName, string> {
   if (!scriptSources) {
     const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
+    const withPrelude = (source: string) => `${preludeFor(prelude, source)}\n${source}`;
     const step = (name: ScriptName) =>
-      `local function step_${name.replaceAll('-', '_')}(KEYS, ARGV)\n${prelude}\n${readScriptSource(name)}\nend\n`;
+      `local function step_${name.replaceAll('-', '_')}(KEYS, ARGV)\n${withPrelude(readScriptSource(name))}\nend\n`;
     scriptSources = new Map(
       SCRIPT_NAMES.map((name) => [
         name,
-        `${prelude}\n${(STEPS[name] ?? []).map(step).join('')}${readScriptSource(name)}`,
+        withPrelude(`${(STEPS[name] ?? []).map(step).join('')}${readScriptSource(name)}`),
       ]),
     );
   }
