@@ -99,8 +99,16 @@ export class Authorizer {
     if (!(await this.allows(caller, permission, target))) throw permissionDenied(permission, target);
   }
 
-  /** Whether the caller holds `permission` on `target`: by configuration, the project's policy or the resource's. */
-  async allows(caller: CallContext, permission: Permission, target: string): Promise<boolean> {
+  /**
+   * Whether the caller holds `permission` on `target`: by configuration, the project's policy or
+   * the resource's (read only when the others do not grant it, unless the caller has it already).
+   */
+  async allows(
+    caller: CallContext,
+    permission: Permission,
+    target: string,
+    resourcePolicy: () => Promise<StoredPolicy | undefined> = () => this.readResourcePolicy(target),
+  ): Promise<boolean> {
     if (!this.settings.enforce) return true;
     const { principal } = caller;
     const project = target.split('/', 2)[1] ?? '';
@@ -108,7 +116,7 @@ export class Authorizer {
     if (grants(configured.get('*') ?? [], principal, permission)) return true;
     if (grants(configured.get(project) ?? [], principal, permission)) return true;
     if (grants((await this.projectPolicy(project))?.bindings ?? [], principal, permission)) return true;
-    const resource = await this.readResourcePolicy(target);
+    const resource = await resourcePolicy();
     return resource !== undefined && grants(resource.bindings, principal, permission);
   }
 
@@ -172,8 +180,11 @@ export class Authorizer {
    */
   async testPermissions(caller: CallContext, resource: IamResource, permissions: string[]): Promise<Permission[]> {
     const tested = checkTestedPermissions(resource.kind, permissions);
-    if (resource.kind !== 'projects' && !(await this.readRecord(resource))) return [];
-    const held = await Promise.all(tested.map((permission) => this.allows(caller, permission, resource.full)));
+    // The resource's record is read once for all the permissions.
+    const record = resource.kind === 'projects' ? undefined : await this.readRecord(resource);
+    if (resource.kind !== 'projects' && !record) return [];
+    const policy = async () => record?.iamPolicy;
+    const held = await Promise.all(tested.map((permission) => this.allows(caller, permission, resource.full, policy)));
     return tested.filter((_, i) => held[i]);
   }
 

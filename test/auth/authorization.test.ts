@@ -302,7 +302,7 @@ t.test('grants on one resource reach that resource alone', async (t) => {
 t.test(
   'testIamPermissions answers what the caller holds, and nothing for a resource that does not exist',
   async (t) => {
-    const { api } = await authorizingBroker(t);
+    const { api, redis } = await authorizingBroker(t);
     const f = await fixture(api);
     await api('admin', 'POST', `${subPath(f.sub)}:setIamPolicy`, {
       policy: { bindings: [{ role: 'roles/pubsub.subscriber', members: [principal('grantee')] }] },
@@ -319,6 +319,19 @@ t.test(
           : asked.filter((permission) => holds(who as Who, permission));
       t.same(body.permissions ?? [], expected, `${who} holds ${expected.join(', ') || 'nothing'}`);
     }
+    // The subscription's record (and its policy) is read once, however many permissions are tested.
+    let recordReads = 0;
+    const hget = redis.hget.bind(redis);
+    redis.hget = ((key: string, field: string) => {
+      if (field === subName(f.sub)) recordReads++;
+      return hget(key, field);
+    }) as typeof redis.hget;
+    t.teardown(() => {
+      redis.hget = hget;
+    });
+    await api('grantee', 'POST', `${subPath(f.sub)}:testIamPermissions`, { permissions: asked });
+    redis.hget = hget;
+    t.equal(recordReads, 1, `testing ${asked.length} permissions reads the record once`);
     const missing = await api('admin', 'POST', `${subPath('no-such-sub')}:testIamPermissions`, { permissions: asked });
     t.same(missing, { status: 200, body: {} }, 'a missing subscription: no permissions, not NOT_FOUND');
     const wrongKind = await api('admin', 'POST', `${subPath(f.sub)}:testIamPermissions`, {

@@ -3,6 +3,7 @@
 // permissions as Pub/Sub documents them (written out here, not taken from the broker), and fresh
 // resources for each case.
 
+import type { RedisClient } from '../../src/redis/client.ts';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -100,7 +101,10 @@ export const token = (who: string) => `${who}-token-0123456789`;
 export type Api = (who: string, method: string, url: string, body?: unknown) => Promise<{ status: number; body: any }>;
 
 /** A broker authenticating the principals above by token, with their roles on project P from IAM_POLICY_FILE. */
-export async function authorizingBroker(t: Test, { grpc = false } = {}): Promise<{ app: FastifyInstance; api: Api }> {
+export async function authorizingBroker(
+  t: Test,
+  { grpc = false } = {},
+): Promise<{ app: FastifyInstance; api: Api; redis: RedisClient }> {
   const who = [...Object.keys(PRINCIPALS), 'grantee', 'stranger'];
   const policyFile = join(tempDir(t, 'iam'), 'policy.json');
   const bindings = Object.entries(PRINCIPALS)
@@ -130,7 +134,7 @@ export async function authorizingBroker(t: Test, { grpc = false } = {}): Promise
     });
     return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : undefined };
   };
-  return { app, api };
+  return { app, api, redis };
 }
 
 export const topicPath = (id: string) => `/v1/projects/${P}/topics/${id}`;
