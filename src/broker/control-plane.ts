@@ -13,12 +13,13 @@ import {
   putTopic,
   rescheduleExpiry,
 } from '../redis/calls/control-plane.ts';
-import { dropSnapshot } from '../redis/calls/retention.ts';
+import { dropSnapshot, markLog } from '../redis/calls/retention.ts';
 import { alreadyExists, notFound } from '../errors.ts';
 import { deliveryConfigOf } from './fields.ts';
 import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
+import { topicRetentionUs } from './topic-fields.ts';
 import {
   dataOwnerTombstone,
   expirationTtlUs,
@@ -360,6 +361,8 @@ export class ControlPlane {
     do {
       remaining = await dropSubscription(scripts, data, { subscriptionUid, batch: DROP_BATCH });
     } while (remaining !== 0);
+    // It may have retained acked messages: the log is looked at without it.
+    await markLog(scripts, keys, { time: region.ctx.clock.scriptTime(), topicUid });
   }
 
   /** Lets go of a snapshot's data (what it holds, and its hold on the log) in one region. */
@@ -368,6 +371,8 @@ export class ControlPlane {
     const data = keys.topicData(topicUid);
     const snapshot = data.snapshot(snapshotUid);
     while ((await dropSnapshot(scripts, data, { snapshot, batch: DROP_SNAPSHOT_BATCH })) !== 0) {}
+    // The log is looked at without what the snapshot kept.
+    await markLog(scripts, keys, { time: region.ctx.clock.scriptTime(), topicUid });
   }
 
   /** Drops the data of a subscription or a snapshot in one region. */
@@ -462,9 +467,12 @@ export class ControlPlane {
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
     if (deleted) await deleteTopicData(scripts, keys.topicData(state.uid));
-    // Its log is expired by the janitor (replay.ts) from before its first retained message.
-    if (!deleted && state.messageRetentionDuration) await region.ctx.redis.sadd(keys.retainingTopics, state.uid);
-    const put = await putTopic(scripts, keys, state.uid, call);
+    // The put marks a retention it starts, changes or ends for the janitor (replay.ts).
+    const put = await putTopic(scripts, keys, state.uid, {
+      ...call,
+      time: region.ctx.clock.scriptTime(),
+      retentionUs: deleted ? undefined : topicRetentionUs(state),
+    });
     if (put.kind !== 'written') return unapplied(put);
     const previousJson = put.previous;
     const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
@@ -511,8 +519,13 @@ export class ControlPlane {
       return unapplied(put);
     }
     const previousJson = put.previous;
-    if (!deleted && !detached && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
+    if (!deleted && !detached && !attachFirst) {
+      await this.attach(region, state, false);
+      // Its retention reached the data plane after the put marked the log: looked at with it.
+      const retained = previous && !isTombstone(previous) && previous.retainAckedMessages;
+      if (state.retainAckedMessages || retained) await markLog(scripts, keys, { time: clock.scriptTime(), topicUid });
+    }
     const changedTopics = new Set<string>();
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
       if (previous.topicUid !== topicUid)
@@ -541,8 +554,6 @@ export class ControlPlane {
     const { keys, scripts, clock } = region.ctx;
     const data = keys.topicData(record.topicUid);
     if (unrecorded) await markCleanup(scripts, keys, { time: clock.scriptTime(), ref: dataRef(record) });
-    // The topic's log is expired by the janitor (replay.ts) from before its first retained message.
-    if (record.retainAckedMessages) await region.ctx.redis.sadd(keys.retainingTopics, record.topicUid);
     // 'topic-deleted': the incarnation is deleted in this region; the subscription simply gets nothing here.
     await attachSubscription(scripts, data, {
       time: clock.scriptTime(),

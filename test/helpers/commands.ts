@@ -2,7 +2,7 @@
 // (scripts, pipelines, transactions too) goes through its client's sendCommand, so counting
 // those calls counts what the broker asks of that Redis. Counted, never timed.
 
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 export interface CommandCount {
   /** How many of each command (upper case) were sent since the count began. */
@@ -13,14 +13,14 @@ export interface CommandCount {
 }
 
 /** Counts the commands `redis` sends from now on, until `stop`. */
-export function countCommands(redis: Redis): CommandCount {
+export function countCommands(redis: Redis | Cluster): CommandCount {
   const byName = new Map<string, number>();
   const original = redis.sendCommand;
-  redis.sendCommand = function (this: Redis, command, ...rest) {
+  redis.sendCommand = function (this: Redis | Cluster, command: { name: string }, ...rest: unknown[]) {
     const name = command.name.toUpperCase();
     byName.set(name, (byName.get(name) ?? 0) + 1);
-    return original.call(this, command, ...rest);
-  } as Redis['sendCommand'];
+    return (original as (...args: unknown[]) => unknown).call(this, command, ...rest);
+  } as typeof redis.sendCommand;
   return {
     byName,
     of: (name) => byName.get(name.toUpperCase()) ?? 0,
