@@ -16,6 +16,7 @@
              the expiration pass looks only at the entries that are due (reschedule-expiry.lua)
   KEYS[8]    what makes each topic incarnation retain (HASH `<uid>` -> how many live records do)
   KEYS[9]    when the janitor next looks at each incarnation's log (ZSET uid -> µs)
+  KEYS[10]   the count of control-plane puts of every kind (STRING, see control-plane.ts, sync)
   ARGV[1]    'cas' (create, update, detach, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
   ARGV[3]    full name
@@ -38,7 +39,8 @@
              due no later than it may expire: every put counts as a use from its time on. A
              snapshot, and a subscription that retains acked messages (not detached), counts once
              in KEYS[8] under its topic incarnation; a put that starts, changes or ends one marks
-             that incarnation's log for the janitor's next pass (mark_log).
+             that incarnation's log for the janitor's next pass (mark_log). Every put that writes
+             counts itself in KEYS[6] and KEYS[10].
 ]]
 local records_key, index_key, tombstones_key, topic_members_key, cleanups_key, changes_key, expiries_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -91,4 +93,5 @@ if after then count_log_retainer(KEYS[8], after, 1) end
 if before then mark_log(KEYS[9], before, now_us(ARGV[7])) end
 if after and after ~= before then mark_log(KEYS[9], after, now_us(ARGV[7])) end
 redis.call('INCR', changes_key)
+redis.call('INCR', KEYS[10])
 return { REPLY_OK, current }

@@ -8,6 +8,7 @@
   KEYS[6]    what makes each incarnation retain (HASH, see count_log_retainer in prelude.lua):
              `<uid>` -> how many live records do, `<uid>:topic` -> its topic's retention (µs)
   KEYS[7]    when the janitor next looks at each incarnation's log (ZSET uid -> µs)
+  KEYS[8]    the count of control-plane puts of every kind (STRING, see control-plane.ts, sync)
   ARGV[1]    'cas' (create, update, delete) or 'newer' (copy to other regions, sync)
   ARGV[2]    'cas': the state the caller read ('' = none); 'newer': ignored
   ARGV[3]    full topic name
@@ -23,7 +24,8 @@
   Invariant: one state per name (record xor tombstone); the index holds exactly the recorded
              names; a region's copy only ever moves to a higher version. A recorded topic with a
              retention counts once in KEYS[6] with its retention; a put that starts, changes or
-             ends one marks the incarnation's log for the janitor's next pass (mark_log).
+             ends one marks the incarnation's log for the janitor's next pass (mark_log). Every
+             put that writes counts itself in KEYS[8].
 ]]
 local topics_key, index_key, tombstones_key = KEYS[1], KEYS[2], KEYS[3]
 local name, new_json = ARGV[3], ARGV[4]
@@ -59,4 +61,5 @@ end
 local now = (before or after) and now_us(ARGV[10])
 if before then mark_log(KEYS[7], before, now) end
 if after and after ~= before then mark_log(KEYS[7], after, now) end
+redis.call('INCR', KEYS[8])
 return { REPLY_OK, current }

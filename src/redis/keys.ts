@@ -50,6 +50,17 @@ export class Keys {
   get ownerChanges(): string {
     return this.meta('owner-changes');
   }
+  /**
+   * How many control-plane states (of every kind) were put in this store: the periodic sync
+   * compares the regions' records only when some region's count moved (control-plane.ts).
+   */
+  get controlChanges(): string {
+    return this.meta('control-changes');
+  }
+  /** A random id of this store, made by the sync when absent: a store that lost its data has none, or another. */
+  get storeId(): string {
+    return this.meta('store-id');
+  }
   /** Subscriptions that may expire -> the earliest time each may (µs): the expiration pass reads the due ones. */
   get subscriptionExpiries(): string {
     return this.meta('subscription-expiries');

@@ -11,7 +11,9 @@ import { type TopicSettings, topicRetentionUs } from '../broker/topic-fields.ts'
  * cannot find is dropped as gone. Format 8 indexes when the janitor next looks at each retained
  * log (`log-expiries`) and counts what makes each topic incarnation retain (`log-retention`),
  * both kept by the record puts, where format 7 listed the incarnations in `retaining-topics` and
- * its janitor read every record at each pass: a broker of format 7 would not keep them. Format 7 adds the expiry indexes of subscriptions and
+ * its janitor read every record at each pass, and the count of every control-plane put
+ * (`control-changes`), by which the periodic sync tells that nothing changed: a broker of format 7
+ * would not keep them. Format 7 adds the expiry indexes of subscriptions and
  * snapshots and the count of their puts (`owner-changes`), which a broker of format 6 would not
  * keep up to date: its puts would leave records out of the expiration pass and out of other
  * brokers' copies of the records. Format 6 adds each subscription's holds (the flags of the

@@ -80,6 +80,7 @@ export async function putTopic(
       keys.topicSnapshots(topicUid),
       keys.logRetention,
       keys.logExpiries,
+      keys.controlChanges,
     ],
     [
       ...stateArgs(put),
@@ -120,7 +121,15 @@ export async function putDataOwner(
       : [records, keys.snapshotIndex, keys.snapshotTombstones, keys.topicSnapshots(topicUid)];
   const reply = await scripts.run(
     'put-data-owner',
-    [...recordKeys, keys.pendingCleanups, keys.ownerChanges, expiries, keys.logRetention, keys.logExpiries],
+    [
+      ...recordKeys,
+      keys.pendingCleanups,
+      keys.ownerChanges,
+      expiries,
+      keys.logRetention,
+      keys.logExpiries,
+      keys.controlChanges,
+    ],
     [
       ...stateArgs(put),
       put.time,
@@ -138,7 +147,7 @@ export async function putDataOwner(
 export async function putProjectPolicy(scripts: Scripts, keys: Keys, put: PutStateCall): Promise<PutStateResult> {
   const reply = await scripts.run(
     'put-project-policy',
-    [keys.projectPolicies],
+    [keys.projectPolicies, keys.controlChanges],
     [put.mode, put.expected, put.name, put.json, put.version],
   );
   return putResult('put-project-policy', reply as [number, string]);
