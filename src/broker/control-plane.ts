@@ -13,12 +13,13 @@ import {
   putTopic,
   rescheduleExpiry,
 } from '../redis/calls/control-plane.ts';
-import { dropSnapshot } from '../redis/calls/retention.ts';
+import { dropSnapshot, markLog } from '../redis/calls/retention.ts';
 import { alreadyExists, notFound } from '../errors.ts';
 import { deliveryConfigOf } from './fields.ts';
 import type { ResourceName } from './names.ts';
 import type { Region, Regions } from './regions.ts';
 import { SUBSCRIPTION_FIELDS } from './subscription-fields.ts';
+import { topicRetentionUs } from './topic-fields.ts';
 import {
   dataOwnerTombstone,
   expirationTtlUs,
@@ -47,7 +48,9 @@ import { Rerun } from './rerun.ts';
  *   region before the call returns.
  * - A region that was away catches up by a sync (anti-entropy): every name's highest state is
  *   copied to the regions that hold an older one. A node syncs each region when its connection
- *   to it (re)opens, before it uses that region's data plane, and every SYNC_INTERVAL_MS.
+ *   to it (re)opens, before it uses that region's data plane, and every SYNC_INTERVAL_MS; the
+ *   periodic one compares the records only if some region's store changed since the last sync
+ *   that completed (its count of puts, `control-changes`, or its identity, `store-id`, moved).
  *
  * Putting a state also does what the state implies in that region's data plane: a subscription
  * record attaches the subscription to its topic there, a tombstone or a detached record drops
@@ -117,6 +120,10 @@ export class ControlPlane {
     () => this.syncLogged(),
     () => this.stopped,
   );
+  /** A sync that compares every record is asked for (not only the periodic one). */
+  private fullSyncAsked = false;
+  /** Each region's store as the last sync that completed in it read it first (changeMark). */
+  private readonly syncedMarks = new Map<Region, string>();
   private timer?: NodeJS.Timeout;
   private stopped = false;
 
@@ -137,7 +144,7 @@ export class ControlPlane {
       });
     }
     void this.requestSync();
-    this.timer = setInterval(() => void this.requestSync(), SYNC_INTERVAL_MS);
+    this.timer = setInterval(() => void this.requestSync(false), SYNC_INTERVAL_MS);
     this.timer.unref();
   }
 
@@ -147,15 +154,23 @@ export class ControlPlane {
     await this.syncs.settled();
   }
 
-  /** Runs a sync unless one is running (then one more runs after it). Failures are retried by the next request. */
-  requestSync(): Promise<void> {
+  /**
+   * Runs a sync unless one is running (then one more runs after it). Failures are retried by the
+   * next request. `full` false (the periodic one): it compares the records only if some region's
+   * store changed since the last sync that completed in it, or a region is not synced.
+   */
+  requestSync(full = true): Promise<void> {
+    if (full) this.fullSyncAsked = true;
     return this.syncs.request();
   }
 
   private async syncLogged(): Promise<void> {
+    const full = this.fullSyncAsked;
+    this.fullSyncAsked = false;
     try {
-      await this.sync();
+      await this.sync(full);
     } catch (error) {
+      this.fullSyncAsked = true;
       this.log(`control-plane sync failed: ${(error as Error).message}`);
       // A connection that is up but failing still needs one: try again shortly.
       if (!this.stopped) setTimeout(() => void this.requestSync(), 1_000).unref();
@@ -166,6 +181,7 @@ export class ControlPlane {
   private markStale(region: Region): void {
     this.epochs.set(region, (this.epochs.get(region) ?? 0) + 1);
     region.synced = false;
+    this.syncedMarks.delete(region);
   }
 
   /** A name's state in one region: its record JSON, its tombstone JSON, or ''. */
@@ -360,6 +376,8 @@ export class ControlPlane {
     do {
       remaining = await dropSubscription(scripts, data, { subscriptionUid, batch: DROP_BATCH });
     } while (remaining !== 0);
+    // It may have retained acked messages: the log is looked at without it.
+    await markLog(scripts, keys, { time: region.ctx.clock.scriptTime(), topicUid });
   }
 
   /** Lets go of a snapshot's data (what it holds, and its hold on the log) in one region. */
@@ -368,6 +386,8 @@ export class ControlPlane {
     const data = keys.topicData(topicUid);
     const snapshot = data.snapshot(snapshotUid);
     while ((await dropSnapshot(scripts, data, { snapshot, batch: DROP_SNAPSHOT_BATCH })) !== 0) {}
+    // The log is looked at without what the snapshot kept.
+    await markLog(scripts, keys, { time: region.ctx.clock.scriptTime(), topicUid });
   }
 
   /** Drops the data of a subscription or a snapshot in one region. */
@@ -462,9 +482,12 @@ export class ControlPlane {
     const deleted = isTombstone(state);
     // Closed to publishing before the name goes: never a deleted name whose data takes messages.
     if (deleted) await deleteTopicData(scripts, keys.topicData(state.uid));
-    // Its log is expired by the janitor (replay.ts) from before its first retained message.
-    if (!deleted && state.messageRetentionDuration) await region.ctx.redis.sadd(keys.retainingTopics, state.uid);
-    const put = await putTopic(scripts, keys, state.uid, call);
+    // The put marks a retention it starts, changes or ends for the janitor (replay.ts).
+    const put = await putTopic(scripts, keys, state.uid, {
+      ...call,
+      time: region.ctx.clock.scriptTime(),
+      retentionUs: deleted ? undefined : topicRetentionUs(state),
+    });
     if (put.kind !== 'written') return unapplied(put);
     const previousJson = put.previous;
     const previous = previousJson ? (JSON.parse(previousJson) as TopicRecord | Tombstone) : undefined;
@@ -511,8 +534,13 @@ export class ControlPlane {
       return unapplied(put);
     }
     const previousJson = put.previous;
-    if (!deleted && !detached && !attachFirst) await this.attach(region, state, false);
     const previous = previousJson ? (JSON.parse(previousJson) as SubscriptionRecord | Tombstone) : undefined;
+    if (!deleted && !detached && !attachFirst) {
+      await this.attach(region, state, false);
+      // Its retention reached the data plane after the put marked the log: looked at with it.
+      const retained = previous && !isTombstone(previous) && previous.retainAckedMessages;
+      if (state.retainAckedMessages || retained) await markLog(scripts, keys, { time: clock.scriptTime(), topicUid });
+    }
     const changedTopics = new Set<string>();
     if (previous && !isTombstone(previous) && (deleted || previous.uid !== state.uid)) {
       if (previous.topicUid !== topicUid)
@@ -541,8 +569,6 @@ export class ControlPlane {
     const { keys, scripts, clock } = region.ctx;
     const data = keys.topicData(record.topicUid);
     if (unrecorded) await markCleanup(scripts, keys, { time: clock.scriptTime(), ref: dataRef(record) });
-    // The topic's log is expired by the janitor (replay.ts) from before its first retained message.
-    if (record.retainAckedMessages) await region.ctx.redis.sadd(keys.retainingTopics, record.topicUid);
     // 'topic-deleted': the incarnation is deleted in this region; the subscription simply gets nothing here.
     await attachSubscription(scripts, data, {
       time: clock.scriptTime(),
@@ -582,9 +608,16 @@ export class ControlPlane {
    * took part without an error, and whose connection did not change meanwhile, is synced. A region that fails is left out (and stays
    * unsynced), so that one sick region never keeps the others from being synced.
    */
-  private async sync(): Promise<void> {
+  private async sync(full: boolean): Promise<void> {
     const reachable = this.regions.all.filter((region) => region.reachable);
     const epochs = new Map(reachable.map((region) => [region, this.epochs.get(region)]));
+    // Read before the records: a put after it moves the mark the next sync compares with.
+    const marks = new Map(
+      await Promise.all(reachable.map(async (region) => [region, await this.changeMark(region)] as const)),
+    );
+    const unchanged = (region: Region) =>
+      region.synced && marks.get(region) !== undefined && this.syncedMarks.get(region) === marks.get(region);
+    if (!full && reachable.every(unchanged)) return;
     const failed = new Set<Region>();
     const attempt = async (region: Region, work: () => Promise<unknown>) => {
       if (failed.has(region)) return;
@@ -617,11 +650,34 @@ export class ControlPlane {
       }
     }
     for (const region of reachable) {
-      if (!failed.has(region) && region.reachable && this.epochs.get(region) === epochs.get(region))
+      const mark = marks.get(region);
+      if (!failed.has(region) && region.reachable && this.epochs.get(region) === epochs.get(region)) {
         region.synced = true;
+        if (mark !== undefined) this.syncedMarks.set(region, mark);
+      } else {
+        this.syncedMarks.delete(region);
+      }
     }
     if (failed.size > 0)
       throw new Error(`regions ${[...failed].map((region) => region.name).join(', ')} are not synced`);
+  }
+
+  /**
+   * What the sync compares a region's store by: its identity, its count of control-plane puts,
+   * and whether it holds the ack ID secret (which the sync shares, and which no put counts).
+   * Undefined when it cannot tell: the store has no identity yet (new, or it lost its data; one
+   * is made), or it cannot be read.
+   */
+  private async changeMark(region: Region): Promise<string | undefined> {
+    const { redis, keys } = region.ctx;
+    try {
+      const [id, changes, secret] = await redis.mget(keys.storeId, keys.controlChanges, keys.ackSecret);
+      if (id !== null) return `${id}/${changes ?? 0}/${secret === null ? '' : 'secret'}`;
+      await redis.set(keys.storeId, randomBytes(8).toString('hex'), 'NX');
+    } catch {
+      // Unreadable: the sync that follows finds out how, and leaves the region unsynced.
+    }
+    return undefined;
   }
 
   private async readAll(region: Region, kind: Kind): Promise<Map<string, string>> {

@@ -253,9 +253,12 @@ export class DeliveryService {
     return error;
   }
 
-  /** The record of a subscription that may be pulled from: not detached, not pushing. */
-  async readPullable(name: ResourceName): Promise<SubscriptionRecord> {
-    const record = await this.subscriptions.readForDelivery(name);
+  /**
+   * The record of a subscription that may be pulled from: not detached, not pushing. With
+   * `recentWithinMs`, from this process's copy as read at most that long ago (readForDelivery).
+   */
+  async readPullable(name: ResourceName, recentWithinMs?: number): Promise<SubscriptionRecord> {
+    const record = await this.subscriptions.readForDelivery(name, recentWithinMs);
     // Pub/Sub refuses Pull and StreamingPull on a subscription that pushes (push.ts delivers it).
     if (record.pushConfig) throw failedPrecondition('This method is not supported for push subscriptions.');
     return record;

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument, notFound, unavailable } from '../errors.ts';
 import { SEQS_PER_BLOCK, type SnapshotKeys } from '../redis/keys.ts';
-import { expireLog, seek } from '../redis/calls/retention.ts';
+import { expireLog, seek, settleLog } from '../redis/calls/retention.ts';
 import { longCallConnection } from '../redis/client.ts';
 import { Scripts } from '../redis/scripts.ts';
 import type { Authorizer } from './authorization.ts';
 import type { CallContext } from './call-context.ts';
+import { nowUs as clockNowUs } from './clock.ts';
 import { parseTimestampUs } from './durations.ts';
 import { parseFilter } from './filter.ts';
 import { unpackMessage } from './message-codec.ts';
@@ -29,6 +30,8 @@ const SEEK_TIMEOUT_MS = 300_000;
 const EARLIER_SELECTIONS_TTL_MS = 600_000;
 /** How many blocks of a log one expire-log call releases (each up to 1000 bodies). */
 const EXPIRE_BATCH = 20;
+/** The janitor's pass reads this many due entries of `log-expiries` at a time. */
+const LOOK_BATCH = 100;
 
 /**
  * Replay: Seek, and the retained log that it replays from. While a topic retains (its own
@@ -177,59 +180,72 @@ export class ReplayService {
   }
 
   /**
-   * One pass over the logs of the topics that retain (or did), in every usable region: what is
-   * older than the retention is let go, in bounded batches. A topic whose log is empty and that
-   * retains nothing any more leaves the list; topics that never retained cost nothing here.
+   * One pass over the logs that are due for a look, in every usable region: what is older than
+   * the retention is let go, in bounded batches. Each region's `log-expiries` says when to look
+   * at which topic incarnation's log: at its earliest due block, at the retention last judged,
+   * and at once after a change of what retains it (a record put, a retainer let go: mark_log in
+   * prelude.lua). A pass with nothing due is one read of that index per region, however many
+   * topics, subscriptions and snapshots retain; an incarnation whose log is empty and that
+   * nothing retains any more leaves the index.
    */
   async expireLogs(): Promise<void> {
-    const retaining = await this.retainingTopics();
     for (const region of this.regions.all) {
       if (!region.usable) continue;
-      const { redis, keys } = region.ctx;
-      // Announced when they began to retain (control-plane.ts); added again here, so that a list
-      // entry taken out by a pass that raced such an announcement comes back.
-      if (retaining.size > 0) await redis.sadd(keys.retainingTopics, ...retaining.keys());
-      for (const topicUid of await redis.smembers(keys.retainingTopics)) {
-        const retains = await this.expireLogOf(region, topicUid, retaining.get(topicUid));
-        if (!retains && !retaining.has(topicUid)) await redis.srem(keys.retainingTopics, topicUid);
+      const { redis, keys, scripts, clock } = region.ctx;
+      // The region's own clock: the one its scripts enter the entries by.
+      const nowUs = await clockNowUs(clock, redis);
+      const judged = new Set<string>();
+      for (;;) {
+        const entries = await redis.zrangebyscore(
+          keys.logExpiries,
+          '-inf',
+          nowUs,
+          'WITHSCORES',
+          'LIMIT',
+          0,
+          LOOK_BATCH,
+        );
+        const due: [string, number][] = [];
+        for (let i = 0; i < entries.length; i += 2) {
+          if (!judged.has(entries[i])) due.push([entries[i], Number(entries[i + 1])]);
+        }
+        // Every entry looked at in this pass was moved past now or removed, unless a change marked it again.
+        if (due.length === 0) break;
+        for (const [topicUid, judgedUs] of due) {
+          judged.add(topicUid);
+          const topicRetention = await redis.hget(keys.logRetention, `${topicUid}:topic`);
+          const { retains, nextUs } = await this.expireLogOf(
+            region,
+            topicUid,
+            topicRetention === null ? undefined : Number(topicRetention),
+          );
+          await settleLog(scripts, keys, { topicUid, judgedUs, nextUs, retains });
+        }
       }
     }
   }
 
   /**
    * Lets go of a topic incarnation's log as far as its retention allows (all of it when nothing
-   * retains any more: a deleted topic's, say). Returns whether anything still retains.
+   * retains any more: a deleted topic's, say). Returns whether anything still retains, and the
+   * earliest a block of it may be due at this retention.
    */
-  async expireLogOf(region: Region, topicUid: string, topicRetention: number | undefined): Promise<boolean> {
+  private async expireLogOf(
+    region: Region,
+    topicUid: string,
+    topicRetention: number | undefined,
+  ): Promise<{ retains: boolean; nextUs: number }> {
     const { ctx } = region;
     const data = ctx.keys.topicData(topicUid);
     const subscriptionUids = await ctx.redis.hkeys(data.attached);
     for (;;) {
-      const { more, retains } = await expireLog(ctx.scripts, data, {
+      const { more, retains, nextUs } = await expireLog(ctx.scripts, data, {
         time: ctx.clock.scriptTime(),
         topicRetentionUs: topicRetention,
         subscriptionUids,
         batch: EXPIRE_BATCH,
       });
-      if (!more) return retains;
+      if (!more) return { retains, nextUs };
     }
-  }
-
-  /** Topic incarnation uid -> its own retention (µs), of the live topics and subscriptions that retain. */
-  private async retainingTopics(): Promise<Map<string, number | undefined>> {
-    const retaining = new Map<string, number | undefined>();
-    for (const topic of await this.topics.all()) {
-      const retention = topicRetentionUs(topic);
-      if (retention) retaining.set(topic.uid, retention);
-    }
-    for (const subscription of await this.subscriptions.all()) {
-      if (subscription.retainAckedMessages && !subscription.detached && !retaining.has(subscription.topicUid)) {
-        retaining.set(subscription.topicUid, undefined);
-      }
-    }
-    for (const snapshot of await this.snapshots.all()) {
-      if (!retaining.has(snapshot.topicUid)) retaining.set(snapshot.topicUid, undefined);
-    }
-    return retaining;
   }
 }

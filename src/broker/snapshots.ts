@@ -150,8 +150,8 @@ export class SnapshotService {
   /** Records the subscription's state as the snapshot's in one region (one script, on a connection that waits for it). */
   private async capture(region: Region, topicUid: string, subscriptionUid: string, snapshotUid: string) {
     const { ctx } = region;
-    // The janitor expires the topic's log (replay.ts): the snapshot keeps it from now on.
-    await ctx.redis.sadd(ctx.keys.retainingTopics, topicUid);
+    // The snapshot keeps the topic's log from now on; its record's put marks the log for the
+    // janitor (replay.ts), and a capture whose record never comes is dropped, which marks it too.
     const connection = longCallConnection(ctx.redis, CAPTURE_TIMEOUT_MS);
     try {
       const data = ctx.keys.topicData(topicUid);

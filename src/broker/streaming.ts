@@ -449,16 +449,23 @@ export class StreamingSession {
     return Math.max(0, Math.min(MAX_MESSAGES_PER_FRAME, this.maxMessages - this.outstanding.size));
   }
 
-  /** Heartbeat tick: an open stream keeps its subscription in use, even when idle. */
+  /**
+   * Heartbeat tick: an open stream keeps its subscription in use, even when idle. Its record comes
+   * from this process's copy, read at most one tick (half a heartbeat) ago: the streams share one
+   * check of it per tick, not one read each (an announced change is read at once: lookOnce).
+   */
   private async refreshAndTouch(): Promise<void> {
-    await this.refreshRecord();
+    await this.refreshRecord(this.options.heartbeatMs / 2);
     await this.subscriptions.touch(this.record!);
   }
 
-  /** Picks up changes to the subscription (exactly-once switched, deleted, detached) between pulls. */
-  private async refreshRecord(): Promise<void> {
+  /**
+   * Picks up changes to the subscription (exactly-once switched, deleted, detached) between pulls;
+   * with `recentWithinMs`, from the process's copy as read at most that long ago.
+   */
+  private async refreshRecord(recentWithinMs?: number): Promise<void> {
     // Deleted, detached or switched to push: the stream ends, as a new one would be refused.
-    this.record = await this.delivery.readPullable(this.name!);
+    this.record = await this.delivery.readPullable(this.name!, recentWithinMs);
     const properties = this.properties();
     if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
   }

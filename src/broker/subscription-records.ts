@@ -26,6 +26,7 @@ export interface SubscriptionListing {
 export class SubscriptionRecords {
   private readonly listings = new WeakMap<Region, SubscriptionListing>();
   private readonly watched = new WeakSet<Region>();
+  private readonly recent = new WeakMap<Region, { atMs: number; reading: Promise<SubscriptionListing> }>();
 
   /** Every subscription record of `region` now (a detached one too). */
   async read(region: Region): Promise<SubscriptionListing> {
@@ -48,5 +49,23 @@ export class SubscriptionRecords {
     const latest = this.listings.get(region);
     if (!latest || latest.changes <= changes) this.listings.set(region, listing);
     return listing;
+  }
+
+  /**
+   * A reading begun at most `maxAgeMs` ago (or under way), else a new one: callers that each look
+   * on a timer (every open stream's heartbeat) share one GET per `maxAgeMs` in this process,
+   * however many they are. What it says may be that much older than the call.
+   */
+  readRecent(region: Region, maxAgeMs: number): Promise<SubscriptionListing> {
+    const nowMs = Date.now();
+    const last = this.recent.get(region);
+    if (last && nowMs - last.atMs < maxAgeMs) return last.reading;
+    const reading = this.read(region);
+    this.recent.set(region, { atMs: nowMs, reading });
+    // A failed reading is not handed to later callers.
+    reading.catch(() => {
+      if (this.recent.get(region)?.reading === reading) this.recent.delete(region);
+    });
+    return reading;
   }
 }

@@ -111,6 +111,17 @@ export class SubscriptionService {
     return record;
   }
 
+  /**
+   * As read, from this process's copy of the records as read at most `withinMs` ago (one reading
+   * shared by every caller meanwhile: SubscriptionRecords.readRecent).
+   */
+  private async readRecent(name: ResourceName, withinMs: number): Promise<SubscriptionRecord> {
+    const { byName } = await this.records.readRecent(this.regions.requireLocal(), withinMs);
+    const known = byName.get(name.full);
+    if (!known) throw notFound(name.id);
+    return known.record;
+  }
+
   /** As read, but undefined when the subscription does not exist. */
   private async find(name: ResourceName): Promise<SubscriptionRecord | undefined> {
     const { ctx } = this.regions.requireLocal();
@@ -126,10 +137,11 @@ export class SubscriptionService {
 
   /**
    * The record of a subscription that messages are pulled from or settled on: a detached one
-   * refuses that with FAILED_PRECONDITION, as Pub/Sub's does.
+   * refuses that with FAILED_PRECONDITION, as Pub/Sub's does. With `recentWithinMs`, from this
+   * process's copy as read at most that long ago (see readRecent).
    */
-  async readForDelivery(name: ResourceName): Promise<SubscriptionRecord> {
-    const record = await this.read(name);
+  async readForDelivery(name: ResourceName, recentWithinMs?: number): Promise<SubscriptionRecord> {
+    const record = recentWithinMs === undefined ? await this.read(name) : await this.readRecent(name, recentWithinMs);
     if (record.detached) {
       throw failedPrecondition(
         `The subscription ${record.name} is detached from its topic: it has no messages to pull or acknowledge.`,
@@ -214,15 +226,22 @@ export class SubscriptionService {
     const nowUs = localNowUs(this.regions.local.ctx.clock);
     const last = this.touched.get(record.uid);
     if (last && nowUs - last.atUs < last.intervalUs) return;
-    await Promise.all(
-      this.regions.localFirst().map(({ ctx }) => {
-        const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
-        return touchSubscription(ctx.scripts, sub, { time: ctx.clock.scriptTime() });
-      }),
-    );
     // Those whose interval has passed would be touched again at their next call anyway.
     for (const [uid, touch] of this.touched) if (nowUs - touch.atUs >= touch.intervalUs) this.touched.delete(uid);
-    this.touched.set(record.uid, { atUs: nowUs, intervalUs: ttlUs / TOUCHES_PER_TTL });
+    // Taken before the scripts run, so that the other streams of it that tick meanwhile skip it.
+    const touch = { atUs: nowUs, intervalUs: ttlUs / TOUCHES_PER_TTL };
+    this.touched.set(record.uid, touch);
+    try {
+      await Promise.all(
+        this.regions.localFirst().map(({ ctx }) => {
+          const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
+          return touchSubscription(ctx.scripts, sub, { time: ctx.clock.scriptTime() });
+        }),
+      );
+    } catch (error) {
+      if (this.touched.get(record.uid) === touch) this.touched.delete(record.uid);
+      throw error;
+    }
   }
 
   /**

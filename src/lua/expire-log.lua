@@ -14,8 +14,10 @@
   ARGV[2]    the topic's messageRetentionDuration in µs, or '' when it has none (or is deleted):
              with none, and no retaining subscription, blocks go once RELEASE_GRACE_US old
   ARGV[3]    at most this many blocks are released in one call
-  Returns    {REPLY_OK, released, more, retains}: how many blocks were released, 1 when more are
-             due, and 1 while the log holds blocks or the topic retains
+  Returns    {REPLY_OK, released, more, retains, next}: how many blocks were released, 1 when
+             more are due, 1 while the log holds blocks or the topic retains, and when a block
+             may be due at the earliest at this retention (µs): its earliest latest publish
+             time, or the earliest a later publish can stamp, plus the retention
   Invariant: the log's reference of each body is released exactly once: a block leaves the log
              as its bodies lose that reference, and a later publish never adds to it again
              (logBlock is cleared when it names the block).
@@ -42,5 +44,8 @@ for i = 1, released do
   for k = 6, #KEYS do redis.call('HDEL', KEYS[k], block) end
   if state[2] == block then redis.call('HDEL', state_key, 'logBlock') end
 end
-local retains = (retention > 0 or redis.call('EXISTS', log_key) == 1) and 1 or 0
-return {REPLY_OK, released, #due > batch and 1 or 0, retains}
+local first = redis.call('ZRANGE', log_key, 0, 0, 'WITHSCORES')
+local retains = (retention > 0 or #first > 0) and 1 or 0
+local earliest = now - STAMP_MAX_BEHIND_US
+if #first > 0 then earliest = math.min(earliest, tonumber(first[2])) end
+return {REPLY_OK, released, #due > batch and 1 or 0, retains, string.format('%.0f', earliest + hold)}

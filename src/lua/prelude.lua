@@ -4,7 +4,7 @@
 -- wrappers that decode them (test/lua/script-headers.test.ts checks that both sides agree, and
 -- that each script's header names the codes it answers).
 local REPLY_OK = 1
-local REPLY_REFUSED = 0 -- put-topic, put-data-owner: the state there was kept (see may_put); reschedule-expiry: the record changed
+local REPLY_REFUSED = 0 -- put-topic, put-data-owner: the state there was kept (see may_put); reschedule-expiry: the record changed; settle-log: the entry moved
 local REPLY_TOPIC_DELETED = -1 -- the topic incarnation is closed to publishing and attaching
 local REPLY_NO_SUBSCRIPTION = -1 -- the subscription is not attached (deleted, or never attached here)
 local REPLY_NO_SNAPSHOT = -5 -- seek: the snapshot is not recorded here (deleted, or never made here)
@@ -214,6 +214,22 @@ local function update_retention(state_key, retainers_key)
   else
     redis.call('HDEL', state_key, 'retainUs')
   end
+end
+
+-- A change of what makes a topic incarnation retain (a record put, a retainer dropped): the
+-- janitor looks at its log at the next pass (src/broker/replay.ts). The entry moves to now, and
+-- always strictly below where it was, so that a pass that judged it before the change sees that
+-- it moved (settle-log.lua).
+local function mark_log(expiries_key, topic_uid, now)
+  local at = now
+  local current = tonumber(redis.call('ZSCORE', expiries_key, topic_uid))
+  if current and current <= at then at = current - 1 end
+  redis.call('ZADD', expiries_key, string.format('%.0f', at), topic_uid)
+end
+
+-- Counts one live record more (delta 1) or fewer (-1) that makes the incarnation retain.
+local function count_log_retainer(retention_key, topic_uid, delta)
+  if redis.call('HINCRBY', retention_key, topic_uid, delta) <= 0 then redis.call('HDEL', retention_key, topic_uid) end
 end
 
 -- Calls fn with list[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of thousands).

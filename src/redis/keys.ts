@@ -50,6 +50,17 @@ export class Keys {
   get ownerChanges(): string {
     return this.meta('owner-changes');
   }
+  /**
+   * How many control-plane states (of every kind) were put in this store: the periodic sync
+   * compares the regions' records only when some region's count moved (control-plane.ts).
+   */
+  get controlChanges(): string {
+    return this.meta('control-changes');
+  }
+  /** A random id of this store, made by the sync when absent: a store that lost its data has none, or another. */
+  get storeId(): string {
+    return this.meta('store-id');
+  }
   /** Subscriptions that may expire -> the earliest time each may (µs): the expiration pass reads the due ones. */
   get subscriptionExpiries(): string {
     return this.meta('subscription-expiries');
@@ -62,8 +73,23 @@ export class Keys {
   get pendingCleanups(): string {
     return this.meta('pending-cleanups');
   }
-  /** Topic incarnations whose log may hold messages (SET of uids): the janitor expires their logs. */
-  get retainingTopics(): string {
+  /**
+   * Topic incarnations whose log may hold messages or that retain -> when the janitor next looks
+   * at the log (ZSET uid -> µs): a pass reads only the due ones (src/broker/replay.ts).
+   */
+  get logExpiries(): string {
+    return this.meta('log-expiries');
+  }
+  /**
+   * What makes each topic incarnation retain (HASH): `<uid>` -> how many live records do (its
+   * topic's with a messageRetentionDuration, its subscriptions that retain acked messages, its
+   * snapshots), `<uid>:topic` -> its topic's messageRetentionDuration (µs).
+   */
+  get logRetention(): string {
+    return this.meta('log-retention');
+  }
+  /** Storage format 7's list of the incarnations whose logs the janitor expired (SET of uids): a claim replaces it. */
+  get format7RetainingTopics(): string {
     return this.meta('retaining-topics');
   }
   topicSubscriptions(topicUid: string): string {

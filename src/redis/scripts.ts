@@ -38,6 +38,8 @@ export const SCRIPT_NAMES = [
   'finish-cleanup',
   'seek',
   'expire-log',
+  'settle-log',
+  'mark-log',
   'create-snapshot',
   'drop-snapshot',
   'read-backlog',

@@ -3,11 +3,17 @@ import { SEQS_PER_BLOCK, type Keys } from './keys.ts';
 import { scanKeys } from './nodes.ts';
 import type { RedisClient } from './client.ts';
 import type { Scripts } from './scripts.ts';
+import { type TopicSettings, topicRetentionUs } from '../broker/topic-fields.ts';
 
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 7 adds the expiry indexes of subscriptions and
+ * cannot find is dropped as gone. Format 8 indexes when the janitor next looks at each retained
+ * log (`log-expiries`) and counts what makes each topic incarnation retain (`log-retention`),
+ * both kept by the record puts, where format 7 listed the incarnations in `retaining-topics` and
+ * its janitor read every record at each pass, and the count of every control-plane put
+ * (`control-changes`), by which the periodic sync tells that nothing changed: a broker of format 7
+ * would not keep them. Format 7 adds the expiry indexes of subscriptions and
  * snapshots and the count of their puts (`owner-changes`), which a broker of format 6 would not
  * keep up to date: its puts would leave records out of the expiration pass and out of other
  * brokers' copies of the records. Format 6 adds each subscription's holds (the flags of the
@@ -23,22 +29,25 @@ import type { Scripts } from './scripts.ts';
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '7';
+export const STORAGE_FORMAT = '8';
 /**
- * Formats this broker reads as they are once every subscription's holds (before 6) and the
- * expiry indexes (before 7) are written: claiming such a store writes them, then records format 7
- * over it.
+ * Formats this broker reads as they are once every subscription's holds (before 6), the expiry
+ * indexes (before 7) and the index of the retained logs (before 8) are written: claiming such a
+ * store writes them, then records format 8 over it.
  */
 const WITHOUT_HOLDS = new Set(['2', '3', '4', '5']);
-const SUPERSEDED_FORMATS = new Set([...WITHOUT_HOLDS, '6']);
+const WITHOUT_EXPIRIES = new Set([...WITHOUT_HOLDS, '6']);
+const SUPERSEDED_FORMATS = new Set([...WITHOUT_EXPIRIES, '7']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2 to 6 holds nothing format 7 reads otherwise, but
- * lacks the expiry indexes, and before format 6 the holds: the holds are written for every
- * subscription (index-holds.lua, one script each), every subscription and snapshot is indexed as
- * due at once (the next expiration pass judges each one and moves it to when it may expire),
- * again from the start if the broker stops before it records the format; then the store is
+ * undefined when it may. A store of format 2 to 7 holds nothing format 8 reads otherwise, but
+ * lacks the index of the retained logs, before format 7 the expiry indexes, and before format 6
+ * the holds: the holds are written for every subscription (index-holds.lua, one script each),
+ * every subscription and snapshot is indexed as due at once (the next expiration pass judges
+ * each one and moves it to when it may expire), every retaining topic incarnation is counted and
+ * its log indexed as due at once (indexRetainedLogs), again from the start if the broker stops
+ * before it records the format; then the store is
  * claimed (and brokers of those formats refuse it from then on). A store with no recorded format is
  * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
@@ -64,8 +73,11 @@ export async function claimStorageFormat(
         await indexHolds(scripts, keys.topicData(record.topicUid).subscription(record.uid));
       }
     }
-    await indexAllAsDue(redis, keys.subscriptions, keys.subscriptionExpiries);
-    await indexAllAsDue(redis, keys.snapshots, keys.snapshotExpiries);
+    if (WITHOUT_EXPIRIES.has(recorded)) {
+      await indexAllAsDue(redis, keys.subscriptions, keys.subscriptionExpiries);
+      await indexAllAsDue(redis, keys.snapshots, keys.snapshotExpiries);
+    }
+    await indexRetainedLogs(redis, keys);
     return recordFormat(redis, keys, 'XX');
   }
   if (recorded !== null) {
@@ -97,6 +109,46 @@ async function indexAllAsDue(redis: RedisClient, records: string, expiries: stri
   for (let at = 0; at < names.length; at += INDEX_BATCH) {
     await redis.zadd(expiries, ...names.slice(at, at + INDEX_BATCH).flatMap((name) => [0, name]));
   }
+}
+
+/**
+ * Counts what makes each topic incarnation retain in `log-retention` (with its topic's retention),
+ * and enters those incarnations and every one of format 7's `retaining-topics` in `log-expiries`
+ * as due now (the next pass looks at each log and moves it on); format 7's list goes. Computed
+ * afresh from the records and written in one transaction, which fails (and the claim is tried
+ * again) if a record changed meanwhile: a claim begun again writes the same.
+ */
+async function indexRetainedLogs(redis: RedisClient, keys: Keys): Promise<void> {
+  await redis.watch(keys.topics, keys.subscriptions, keys.snapshots);
+  try {
+    await writeRetainedLogs(redis, keys);
+  } catch (error) {
+    await redis.unwatch();
+    throw error;
+  }
+}
+
+async function writeRetainedLogs(redis: RedisClient, keys: Keys): Promise<void> {
+  const retention = new Map<string, number>();
+  const count = (topicUid: string) => retention.set(topicUid, (retention.get(topicUid) ?? 0) + 1);
+  for (const json of await redis.hvals(keys.topics)) {
+    const topic = JSON.parse(json) as TopicSettings & { uid: string };
+    const retentionUs = topicRetentionUs(topic);
+    if (retentionUs === undefined) continue;
+    count(topic.uid);
+    retention.set(`${topic.uid}:topic`, retentionUs);
+  }
+  for (const json of await redis.hvals(keys.subscriptions)) {
+    const record = JSON.parse(json) as { topicUid: string; retainAckedMessages?: boolean; detached?: boolean };
+    if (record.retainAckedMessages && !record.detached) count(record.topicUid);
+  }
+  for (const json of await redis.hvals(keys.snapshots)) count((JSON.parse(json) as { topicUid: string }).topicUid);
+  const counted = [...retention.keys()].filter((field) => !field.endsWith(':topic'));
+  const due = new Set([...counted, ...(await redis.smembers(keys.format7RetainingTopics))]);
+  const transaction = redis.multi().del(keys.logRetention, keys.format7RetainingTopics);
+  if (retention.size > 0) transaction.hset(keys.logRetention, Object.fromEntries(retention));
+  if (due.size > 0) transaction.zadd(keys.logExpiries, ...[...due].flatMap((topicUid) => [0, topicUid]));
+  if ((await transaction.exec()) === null) throw new Error('records changed while the retained logs were indexed');
 }
 
 /** Names entered in an expiry index per ZADD while a store is claimed. */

@@ -48,13 +48,23 @@ for (const target of redisTargets()) {
     t.match(problem, /earlier version of the broker \(.*:messages\)/, 'a store with older bodies is refused');
     t.equal(await redis.get(older.storageFormat), null, 'and not claimed');
 
-    for (const format of ['2', '3', '4', '5', '6']) {
+    for (const format of ['2', '3', '4', '5', '6', '7']) {
       const upgraded = new Keys(uniquePrefix(`format-${format}`));
       await redis.set(upgraded.storageFormat, format);
       // Records put before the expiry indexes existed (its data not attached here: index-holds skips it).
       const subscription = 'projects/p/subscriptions/older';
       await redis.hset(upgraded.subscriptions, subscription, JSON.stringify({ topicUid: 'ab', uid: 'cd' }));
-      await redis.hset(upgraded.snapshots, 'projects/p/snapshots/older', '{}');
+      await redis.hset(upgraded.snapshots, 'projects/p/snapshots/older', JSON.stringify({ topicUid: 'ab' }));
+      // What retains: a topic with a retention, a subscription keeping acked messages, the
+      // snapshot above; and an incarnation format 7 listed for its janitor.
+      const retaining = { name: 'projects/p/topics/kept', uid: 'ef', messageRetentionDuration: '600s' };
+      await redis.hset(upgraded.topics, retaining.name, JSON.stringify(retaining));
+      await redis.hset(
+        upgraded.subscriptions,
+        'projects/p/subscriptions/keeps',
+        JSON.stringify({ topicUid: 'ab', uid: 'gh', retainAckedMessages: true }),
+      );
+      await redis.sadd(upgraded.format7RetainingTopics, 'ij');
       t.equal(
         await claimStorageFormat(redis, upgraded, scripts),
         undefined,
@@ -65,12 +75,25 @@ for (const target of redisTargets()) {
         STORAGE_FORMAT,
         `recorded as format ${STORAGE_FORMAT} from then on`,
       );
-      t.equal(
-        await redis.zscore(upgraded.subscriptionExpiries, subscription),
-        '0',
-        'its subscriptions are due for a look',
+      if (format !== '7') {
+        t.equal(
+          await redis.zscore(upgraded.subscriptionExpiries, subscription),
+          '0',
+          'its subscriptions are due for a look',
+        );
+        t.equal(await redis.zscore(upgraded.snapshotExpiries, 'projects/p/snapshots/older'), '0', 'and its snapshots');
+      }
+      t.same(
+        await redis.hgetall(upgraded.logRetention),
+        { ab: '2', ef: '1', 'ef:topic': '600000000' },
+        'what makes each topic incarnation retain is counted, with the topic retention',
       );
-      t.equal(await redis.zscore(upgraded.snapshotExpiries, 'projects/p/snapshots/older'), '0', 'and its snapshots');
+      t.same(
+        await redis.zrange(upgraded.logExpiries, 0, -1, 'WITHSCORES'),
+        ['ab', '0', 'ef', '0', 'ij', '0'],
+        'and their logs, and those format 7 listed, are due for a look',
+      );
+      t.equal(await redis.exists(upgraded.format7RetainingTopics), 0, "format 7's list is gone");
     }
 
     const other = new Keys(uniquePrefix('format-other'));

@@ -49,7 +49,7 @@ import {
 import { acknowledgeAndPublish } from '../../src/redis/calls/ack-and-publish.ts';
 import { countBacklog, indexHolds, readBacklog } from '../../src/redis/calls/backlog.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
-import { createSnapshot, dropSnapshot, expireLog, seek } from '../../src/redis/calls/retention.ts';
+import { createSnapshot, dropSnapshot, expireLog, markLog, seek, settleLog } from '../../src/redis/calls/retention.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { SCRIPT_NAMES, type ScriptName, Scripts, listScriptFiles } from '../../src/redis/scripts.ts';
 
@@ -462,7 +462,7 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'put-topic',
     reply: [codes.REPLY_OK, ''],
-    call: (scripts) => putTopic(scripts, keys, '0123456789abcdef', put),
+    call: (scripts) => putTopic(scripts, keys, '0123456789abcdef', { ...put, time, retentionUs: 600_000_000 }),
   },
   {
     what: 'put-data-owner',
@@ -564,8 +564,19 @@ const wrapperCases: WrapperCase[] = [
     call: (scripts) => dropSnapshot(scripts, data, { snapshot: data.snapshot('0123456789abcdef'), batch: 5 }),
   },
   {
+    what: 'settle-log',
+    reply: codes.REPLY_OK,
+    call: (scripts) =>
+      settleLog(scripts, keys, { topicUid: '0123456789abcdef', judgedUs: 5, nextUs: 600_000_005, retains: true }),
+  },
+  {
+    what: 'mark-log',
+    reply: codes.REPLY_OK,
+    call: (scripts) => markLog(scripts, keys, { time, topicUid: '0123456789abcdef' }),
+  },
+  {
     what: 'expire-log',
-    reply: [codes.REPLY_OK, 1, 0, 1],
+    reply: [codes.REPLY_OK, 1, 0, 1, '600000000'],
     moreKeys: 2, // the selections of two attached subscriptions
     call: (scripts) =>
       expireLog(scripts, data, {

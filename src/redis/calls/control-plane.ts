@@ -60,12 +60,15 @@ function putResult(script: ScriptName, reply: [number, string]): PutStateResult 
   throw unexpectedReply(script, reply);
 }
 
-/** Writes a topic's state; `topicUid` is the state's incarnation (its subscription and snapshot names go with a tombstone). */
+/**
+ * Writes a topic's state; `topicUid` is the state's incarnation (its subscription and snapshot
+ * names go with a tombstone); `retentionUs`, its messageRetentionDuration (none for a tombstone).
+ */
 export async function putTopic(
   scripts: Scripts,
   keys: Keys,
   topicUid: string,
-  put: PutStateCall,
+  put: PutStateCall & { time: ScriptTime; retentionUs: number | undefined },
 ): Promise<PutStateResult> {
   const reply = await scripts.run(
     'put-topic',
@@ -75,8 +78,17 @@ export async function putTopic(
       keys.topicTombstones,
       keys.topicSubscriptions(topicUid),
       keys.topicSnapshots(topicUid),
+      keys.logRetention,
+      keys.logExpiries,
+      keys.controlChanges,
     ],
-    [...stateArgs(put), put.limits?.projectPrefix ?? '', put.limits?.perProject ?? ''],
+    [
+      ...stateArgs(put),
+      put.limits?.projectPrefix ?? '',
+      put.limits?.perProject ?? '',
+      put.retentionUs === undefined ? '' : String(put.retentionUs),
+      put.time,
+    ],
   );
   return putResult('put-topic', reply as [number, string]);
 }
@@ -109,7 +121,15 @@ export async function putDataOwner(
       : [records, keys.snapshotIndex, keys.snapshotTombstones, keys.topicSnapshots(topicUid)];
   const reply = await scripts.run(
     'put-data-owner',
-    [...recordKeys, keys.pendingCleanups, keys.ownerChanges, expiries],
+    [
+      ...recordKeys,
+      keys.pendingCleanups,
+      keys.ownerChanges,
+      expiries,
+      keys.logRetention,
+      keys.logExpiries,
+      keys.controlChanges,
+    ],
     [
       ...stateArgs(put),
       put.time,
@@ -117,6 +137,7 @@ export async function putDataOwner(
       put.limits?.perProject ?? '',
       put.limits?.perTopic ?? '',
       put.expiresAfterUs === undefined ? '' : Math.max(0, Math.round(put.expiresAfterUs)),
+      kind,
     ],
   );
   return putResult('put-data-owner', reply as [number, string]);
@@ -126,7 +147,7 @@ export async function putDataOwner(
 export async function putProjectPolicy(scripts: Scripts, keys: Keys, put: PutStateCall): Promise<PutStateResult> {
   const reply = await scripts.run(
     'put-project-policy',
-    [keys.projectPolicies],
+    [keys.projectPolicies, keys.controlChanges],
     [put.mode, put.expected, put.name, put.json, put.version],
   );
   return putResult('put-project-policy', reply as [number, string]);

@@ -1,9 +1,16 @@
-import { holdingKeys, type SnapshotKeys, type TopicKeys } from '../keys.ts';
+import { holdingKeys, type Keys, type SnapshotKeys, type TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
-import { REPLY_NO_SNAPSHOT, REPLY_NO_SUBSCRIPTION, REPLY_OK, type ScriptTime, unexpectedReply } from './codes.ts';
+import {
+  REPLY_NO_SNAPSHOT,
+  REPLY_NO_SUBSCRIPTION,
+  REPLY_OK,
+  REPLY_REFUSED,
+  type ScriptTime,
+  unexpectedReply,
+} from './codes.ts';
 
-// The scripts of replay: seek, expire-log (the retained log's bounded clean-up), and the
-// snapshots' create-snapshot and drop-snapshot.
+// The scripts of replay: seek, expire-log (the retained log's bounded clean-up) with its index
+// (settle-log, mark-log), and the snapshots' create-snapshot and drop-snapshot.
 
 export interface SeekCall {
   time: ScriptTime;
@@ -78,13 +85,14 @@ export interface ExpireLogCall {
 
 /**
  * Releases up to `batch` blocks of the retained log that are due; `more`: others are due too;
- * `retains`: the log still holds blocks, or the topic retains.
+ * `retains`: the log still holds blocks, or the topic retains; `nextUs`: the earliest a block may
+ * be due at this retention.
  */
 export async function expireLog(
   scripts: Scripts,
   data: TopicKeys,
   call: ExpireLogCall,
-): Promise<{ released: number; more: boolean; retains: boolean }> {
+): Promise<{ released: number; more: boolean; retains: boolean; nextUs: number }> {
   const reply = (await scripts.run(
     'expire-log',
     [
@@ -96,9 +104,44 @@ export async function expireLog(
       ...call.subscriptionUids.map((uid) => data.subscription(uid).selections),
     ],
     [call.time, call.topicRetentionUs ? String(call.topicRetentionUs) : '', call.batch],
-  )) as [number, number, number, number];
+  )) as [number, number, number, number, string];
   if (reply[0] !== REPLY_OK) throw unexpectedReply('expire-log', reply);
-  return { released: reply[1], more: reply[2] === 1, retains: reply[3] === 1 };
+  return { released: reply[1], more: reply[2] === 1, retains: reply[3] === 1, nextUs: Number(reply[4]) };
+}
+
+export interface SettleLogCall {
+  topicUid: string;
+  /** The incarnation's entry in `log-expiries` as the pass read it (µs). */
+  judgedUs: number;
+  /** When to look again (expire-log's nextUs). */
+  nextUs: number;
+  /** expire-log found the log holding blocks, or the topic retaining. */
+  retains: boolean;
+}
+
+/**
+ * Moves the incarnation's entry in `log-expiries` to `nextUs`, or removes it when nothing retains
+ * it and its log is empty; 'changed' (kept) when the entry moved since the pass read it.
+ */
+export async function settleLog(scripts: Scripts, keys: Keys, call: SettleLogCall): Promise<'settled' | 'changed'> {
+  const reply = await scripts.run(
+    'settle-log',
+    [keys.logExpiries, keys.logRetention],
+    [call.topicUid, String(call.judgedUs), String(call.nextUs), call.retains ? '1' : ''],
+  );
+  if (reply === REPLY_OK) return 'settled';
+  if (reply === REPLY_REFUSED) return 'changed';
+  throw unexpectedReply('settle-log', reply);
+}
+
+/** Has the janitor look at a topic incarnation's log at its next pass (a retainer was let go). */
+export async function markLog(
+  scripts: Scripts,
+  keys: Keys,
+  call: { time: ScriptTime; topicUid: string },
+): Promise<void> {
+  const reply = await scripts.run('mark-log', [keys.logExpiries], [call.time, call.topicUid]);
+  if (reply !== REPLY_OK) throw unexpectedReply('mark-log', reply);
 }
 
 export interface CreateSnapshotCall {
