@@ -14,7 +14,8 @@
   KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
   KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key" | "gen|f|key"; empty
              without ordering)
-  KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
+  KEYS[7]    key states (HASH key -> "q" | "q<seq>" | outstanding count, "-<count>" when those
+             are all of the key's messages; empty without ordering)
   KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, or a message
              scheduled for later is due, µs)
   KEYS[9]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
@@ -146,13 +147,17 @@ end
 
 -- Leases the key's oldest messages (it has nothing outstanding when its marker is popped), up to
 -- the first one still waiting out a backoff or for its delivery time. `members` are the first
--- of its range, infos[at], infos[at + 1], ... their keyed deliveries (read for the whole batch):
--- the members are distinct messages, so nothing read there changes before it is used here.
-local function serve_key(key, members, infos, at)
+-- of its range (`whole`: all of it), infos[at], infos[at + 1], ... their keyed deliveries (read
+-- for the whole batch): the members are distinct messages, so nothing read there changes before
+-- it is used here.
+local function serve_key(key, members, whole, infos, at)
   local outstanding, waits_until = 0, nil
   local gone, gone_seqs = {}, {}
   for i, member in ipairs(members) do
-    if not has_room() then break end -- the rest of the key waits until these are acked
+    if not has_room() then -- the rest of the key waits until these are acked
+      whole = false
+      break
+    end
     local seq = keyed_member_seq(member)
     local gen, uncounted, due = 0, 0, nil
     local info = infos[at + i - 1]
@@ -161,7 +166,7 @@ local function serve_key(key, members, infos, at)
       gen, uncounted, due = info_gen, info_uncounted, info_due
     end
     if due and due > now then
-      waits_until = due
+      waits_until, whole = due, false
       break
     end
     local size = stored_size(seq)
@@ -174,6 +179,7 @@ local function serve_key(key, members, infos, at)
         forward(seq, gen, attempts)
         outstanding = 1
       end
+      whole = false -- a key being forwarded keeps a count that finish-forwarding decrements
       break
     elseif size > 0 then
       delivered[#delivered + 1] = seq
@@ -192,28 +198,46 @@ local function serve_key(key, members, infos, at)
   end
   if outstanding > 0 then
     busy[#busy + 1] = key
-    busy[#busy + 1] = outstanding
+    busy[#busy + 1] = busy_state(outstanding, whole)
   else
     release_key(keys, key, false, waits_until)
   end
 end
 
 -- Serves entries popped from the front of the ready list, in order. A key may take several
--- slots: its oldest messages are read first, one range per key, for the entries up to the one
--- whose messages make `remaining` (what an earlier key cannot take yet leaves room to the later
--- ones); then the keyed deliveries of all of them in one read. What is not served goes back in
--- front, in order.
+-- slots: its oldest messages are read first, for the entries up to the one whose messages make
+-- `remaining` (what an earlier key cannot take yet leaves room to the later ones): the states of
+-- all the keys in one read, then one range per key, unless its state names its only message;
+-- then the keyed deliveries of all of them in one read. What is not served goes back in front,
+-- in order.
 local function serve(entries)
-  local members_of, seqs, first_of = {}, {}, {}
-  local wanted, taken = 0, #entries
+  local marked = {}
+  for _, entry in ipairs(entries) do
+    if string.sub(entry, 1, 2) == 'k:' then marked[#marked + 1] = string.sub(entry, 3) end
+  end
+  local states = {}
+  in_chunks(marked, 1, function(chunk)
+    for _, state in ipairs(redis.call('HMGET', keys.states, unpack(chunk))) do states[#states + 1] = state end
+  end)
+  local members_of, whole_of, seqs, first_of = {}, {}, {}, {}
+  local wanted, taken, keyed_at = 0, #entries, 0
   for i, entry in ipairs(entries) do
     if wanted >= remaining then
       taken = i - 1
       break
     end
     if string.sub(entry, 1, 2) == 'k:' then
-      local min, max = key_range(string.sub(entry, 3))
-      local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
+      keyed_at = keyed_at + 1
+      local key, only = marked[keyed_at], only_seq(states[keyed_at])
+      local members
+      if only then
+        members = { keyed_member(key, only) }
+        whole_of[i] = true
+      else
+        local min, max = key_range(key)
+        members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
+        whole_of[i] = #members < remaining
+      end
       members_of[i], first_of[i] = members, #seqs + 1
       for _, member in ipairs(members) do seqs[#seqs + 1] = keyed_member_seq(member) end
       wanted = wanted + #members
@@ -232,7 +256,7 @@ local function serve(entries)
     end
     local members = members_of[i]
     if members then
-      serve_key(string.sub(entries[i], 3), members, infos, first_of[i])
+      serve_key(string.sub(entries[i], 3), members, whole_of[i], infos, first_of[i])
     else
       deliver_unkeyed(entries[i])
     end

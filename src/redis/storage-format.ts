@@ -7,7 +7,11 @@ import type { Scripts } from './scripts.ts';
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 7 adds the expiry indexes of subscriptions and
+ * cannot find is dropped as gone. Format 8 adds two states of an ordering key (`key-states`):
+ * `q<seq>`, a queued key whose only message is seq, and `-<n>`, a busy key whose n outstanding
+ * messages are all it has; a broker of format 7 would leave them as they are when it publishes
+ * to such a key, so that its new messages would never be delivered, and would read `-<n>` as
+ * fewer than none outstanding. Format 7 adds the expiry indexes of subscriptions and
  * snapshots and the count of their puts (`owner-changes`), which a broker of format 6 would not
  * keep up to date: its puts would leave records out of the expiration pass and out of other
  * brokers' copies of the records. Format 6 adds each subscription's holds (the flags of the
@@ -23,19 +27,22 @@ import type { Scripts } from './scripts.ts';
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '7';
+export const STORAGE_FORMAT = '8';
 /**
  * Formats this broker reads as they are once every subscription's holds (before 6) and the
- * expiry indexes (before 7) are written: claiming such a store writes them, then records format 7
- * over it.
+ * expiry indexes (before 7) are written: claiming such a store writes them, then records format 8
+ * over it. Format 7 holds only states format 8 has too (`q`, and counts that may have messages
+ * behind them), so it is claimed as it is.
  */
 const WITHOUT_HOLDS = new Set(['2', '3', '4', '5']);
-const SUPERSEDED_FORMATS = new Set([...WITHOUT_HOLDS, '6']);
+const WITHOUT_EXPIRY_INDEXES = new Set([...WITHOUT_HOLDS, '6']);
+const SUPERSEDED_FORMATS = new Set([...WITHOUT_EXPIRY_INDEXES, '7']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2 to 6 holds nothing format 7 reads otherwise, but
- * lacks the expiry indexes, and before format 6 the holds: the holds are written for every
+ * undefined when it may. A store of format 7 is claimed as it is. A store of format 2 to 6
+ * holds nothing format 8 reads otherwise, but lacks the expiry indexes, and before format 6 the
+ * holds: the holds are written for every
  * subscription (index-holds.lua, one script each), every subscription and snapshot is indexed as
  * due at once (the next expiration pass judges each one and moves it to when it may expire),
  * again from the start if the broker stops before it records the format; then the store is
@@ -64,8 +71,10 @@ export async function claimStorageFormat(
         await indexHolds(scripts, keys.topicData(record.topicUid).subscription(record.uid));
       }
     }
-    await indexAllAsDue(redis, keys.subscriptions, keys.subscriptionExpiries);
-    await indexAllAsDue(redis, keys.snapshots, keys.snapshotExpiries);
+    if (WITHOUT_EXPIRY_INDEXES.has(recorded)) {
+      await indexAllAsDue(redis, keys.subscriptions, keys.subscriptionExpiries);
+      await indexAllAsDue(redis, keys.snapshots, keys.snapshotExpiries);
+    }
     return recordFormat(redis, keys, 'XX');
   }
   if (recorded !== null) {
