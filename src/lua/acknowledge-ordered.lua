@@ -57,7 +57,7 @@ argv_chunks(3, function(members)
   for j = 1, #ending do
     local key = infos[j] and select(3, split_keyed_delivery(infos[j]))
     key_of[j] = key
-    if key then wanted[key] = (wanted[key] or 0) + 1 end
+    if key and exactly_once then wanted[key] = (wanted[key] or 0) + 1 end
   end
   local front, next_front = {}, {}
   if exactly_once then
