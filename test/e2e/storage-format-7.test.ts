@@ -8,10 +8,9 @@
 // this version and its key states then written as format 7 would have them.
 
 import t, { type Test } from 'tap';
-import { buildApp } from '../../src/app.ts';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { Keys } from '../../src/redis/keys.ts';
-import { b64, jsonApi, unb64 } from '../helpers/app.ts';
+import { b64, startBroker, unb64 } from '../helpers/app.ts';
 import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
@@ -21,17 +20,7 @@ const CLAIM_RUNS_OUT_S = 31;
 type Received = { ackId: string; message: { data?: string; orderingKey?: string } };
 
 async function openBroker(t: Test, prefix: string, clock: ManualClock) {
-  const redis = redisTargets()[0].connect();
-  const app = await buildApp({ redis, keyPrefix: prefix, clock, pullWaitMs: 0 });
-  let closed = false;
-  const close = async () => {
-    if (closed) return;
-    closed = true;
-    await app.close();
-    redis.disconnect();
-  };
-  t.teardown(close);
-  const api = jsonApi(app);
+  const { app, api } = await startBroker(t, { prefix, clock, pullWaitMs: 0 });
   const ok = async (method: string, url: string, body?: unknown) => {
     const reply = await api(method, url, body);
     if (reply.status !== 200) throw new Error(`${method} ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
@@ -49,7 +38,7 @@ async function openBroker(t: Test, prefix: string, clock: ManualClock) {
       ackIds: received.map((r) => r.ackId),
       ackDeadlineSeconds: 0,
     });
-  return { app, redis, ok, pull, publish, ack, nack, close };
+  return { app, ok, pull, publish, ack, nack };
 }
 
 const text = (r: Received) => `${r.message.orderingKey}:${unb64(r.message.data)}`;
@@ -100,7 +89,7 @@ t.test('a store of format 7 keeps delivering, keys mid-flight included, after th
   await old.publish('queued', 'q1');
   await old.publish('queued-more', 'r1');
   await old.publish('queued-more', 'r2', 'r3');
-  await old.close();
+  await old.app.close(); // stopped: the store is left as it was
 
   // The store as format 7 leaves it.
   const redis = redisTargets()[0].connect();
