@@ -8,7 +8,8 @@
   KEYS[5]    ready list (a key whose last outstanding message is acked goes back here)
   KEYS[6]    keyed ZSET
   KEYS[7]    keyed deliveries (HASH seq -> keyed delivery "gen|state|key", see split_keyed_delivery in prelude.lua)
-  KEYS[8]    key states (HASH key -> "q" | outstanding count)
+  KEYS[8]    key states (HASH key -> "q" | "q<seq>" | outstanding count, "-<count>" when those
+             are all of the key's messages)
   KEYS[9]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
   KEYS[10]   hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
@@ -56,7 +57,7 @@ argv_chunks(3, function(members)
   for j = 1, #ending do
     local key = infos[j] and select(3, split_keyed_delivery(infos[j]))
     key_of[j] = key
-    if key then wanted[key] = (wanted[key] or 0) + 1 end
+    if key and exactly_once then wanted[key] = (wanted[key] or 0) + 1 end
   end
   local front, next_front = {}, {}
   if exactly_once then
@@ -95,26 +96,31 @@ argv_chunks(3, function(members)
   redis.call('ZREM', keyed_key, unpack(ended_keyed))
   redis.call('HDEL', deliveries_key, unpack(ended_keyed_seqs))
   -- A key with nothing outstanding any more goes back to the ready list, in the order in which
-  -- its last outstanding message was acknowledged. The outstanding counts of all the keys are
+  -- its last outstanding message was acknowledged, unless its state says they were all it had:
+  -- then it is idle, without a read of its range. The outstanding counts of all the keys are
   -- read and written at once.
   local keys = {}
   for j = 1, #ending do
     if key_of[j] and last_ack_of_key[key_of[j]] == j then keys[#keys + 1] = key_of[j] end
   end
-  local counts = redis.call('HMGET', key_states_key, unpack(keys))
-  local still_busy, freed = {}, {}
+  local states = redis.call('HMGET', key_states_key, unpack(keys))
+  local still_busy, idle, freed = {}, {}, {}
   for i, key in ipairs(keys) do
     -- A live lease keeps its key busy, so its state is a count (invariant 3 of SCHEMA.md); a
     -- queued key would have its marker already.
-    local outstanding = (tonumber(counts[i]) or 0) - acked_per_key[key]
+    local count, all = busy_count(states[i])
+    local outstanding = (count or 0) - acked_per_key[key]
     if outstanding > 0 then
       still_busy[#still_busy + 1] = key
-      still_busy[#still_busy + 1] = outstanding
-    elseif counts[i] ~= 'q' then
+      still_busy[#still_busy + 1] = busy_state(outstanding, all)
+    elseif all then
+      idle[#idle + 1] = key
+    elseif count or not states[i] then
       freed[#freed + 1] = key
     end
   end
   if #still_busy > 0 then redis.call('HSET', key_states_key, unpack(still_busy)) end
+  if #idle > 0 then redis.call('HDEL', key_states_key, unpack(idle)) end
   if release_keys(key_structures, freed) then woke = true end
 end)
 if woke then redis.call('PUBLISH', ARGV[2], '1') end

@@ -7,7 +7,7 @@
   KEYS[3]    ready list
   KEYS[4]    keyed ZSET
   KEYS[5]    keyed deliveries (HASH seq -> "gen|f|key" for a keyed message being forwarded)
-  KEYS[6]    key states
+  KEYS[6]    key states (a key whose message is being forwarded holds a positive count: 1)
   ARGV[1]    wake channel (published to when something became available)
   ARGV[2]    the end of the caller's claim on them, µs (pull.lua's claimEndUs)
   ARGV[3..]  the messages, "seq:gen" as pull handed them over

@@ -12,7 +12,8 @@
              entries), ready list (LIST of "seq" | "seq:gen" | "k:<key>"), leases (ZSET "seq:gen"
              -> deadline, µs), delayed (ZSET "seq" | "<first>-<last>" | "seq:gen" | "k:<key>" ->
              when due, µs), forwarding (ZSET "seq:gen" -> claim end, µs), keyed ZSET (un-acked
-             keyed messages), key states (HASH key -> "q" | outstanding count), holds (HASH block
+             keyed messages), key states (HASH key -> "q" | "q<seq>" | outstanding count, or minus
+             it; see busy_count in prelude.lua), holds (HASH block
              -> held flags; see mark_holds in prelude.lua) and hold blocks (ZSET block -> block)
   Returns    {REPLY_OK, nowUs, then per subscription: unacked, leased, forwarding, oldestUs}, where
              unacked is REPLY_NO_SUBSCRIPTION (negative) for a subscription not attached here, and
@@ -41,7 +42,7 @@ local function count(config_key, ready_key, leased_key, delayed_key, forwarding_
   -- Key markers, and keyed messages also counted in leased or forwarding, are no further messages.
   local keyed_held = 0
   if ordered == '1' then
-    for _, state in ipairs(redis.call('HVALS', states_key)) do keyed_held = keyed_held + (tonumber(state) or 1) end
+    for _, state in ipairs(redis.call('HVALS', states_key)) do keyed_held = keyed_held + (busy_count(state) or 1) end
     entries = entries + redis.call('ZCARD', keyed_key)
   end
   -- The oldest un-acked message: the first one held in the first block that holds any (none

@@ -9,7 +9,7 @@
   KEYS[5]    ready list (a key whose forwarded message was its oldest goes back here)
   KEYS[6]    keyed ZSET
   KEYS[7]    keyed deliveries (HASH seq -> "gen|f|key" for a keyed message being forwarded)
-  KEYS[8]    key states
+  KEYS[8]    key states (a key whose message is being forwarded holds a positive count: 1)
   KEYS[9]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
   KEYS[10]   hold blocks (ZSET block -> block)
   ARGV[1]    wake channel (published to when a key becomes deliverable again)

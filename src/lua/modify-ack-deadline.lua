@@ -15,7 +15,8 @@
   KEYS[4]    keyed ZSET (empty without ordering)
   KEYS[5]    keyed deliveries (HASH seq -> keyed delivery "gen|state|key", see split_keyed_delivery in prelude.lua; empty
              without ordering)
-  KEYS[6]    key states (HASH key -> "q" | outstanding count; empty without ordering)
+  KEYS[6]    key states (HASH key -> "q" | "q<seq>" | outstanding count, or minus it; see
+             busy_count in prelude.lua; empty without ordering)
   KEYS[7]    delayed (ZSET ready-list entry -> when its retry backoff ends, µs)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    new deadline in seconds from now (0..600)

@@ -332,6 +332,28 @@ local function keyed_delivery(gen, state, key, uncounted, due)
   return gen .. '|' .. state .. '|' .. key
 end
 
+-- A key's state in `key-states` (invariant 3 of SCHEMA.md): absent (idle), 'q' (queued),
+-- 'q<seq>' (queued, and seq is its only message), '<n>' (busy: n outstanding messages, or the
+-- one being forwarded; more may wait behind them) or '-<n>' (busy: its n outstanding messages
+-- are all it has, so their acknowledge leaves it idle without reading its range).
+-- -> how many are outstanding and whether they are all it has; nil for a queued (or idle) key.
+local function busy_count(state)
+  local count = tonumber(state)
+  if not count then return nil, false end
+  if count < 0 then return -count, true end
+  return count, false
+end
+
+local function busy_state(outstanding, all)
+  return all and -outstanding or outstanding
+end
+
+-- The one message of a key in state 'q<seq>' (nil for any other state).
+local function only_seq(state)
+  if state and #state > 1 and string.sub(state, 1, 1) == 'q' then return string.sub(state, 2) end
+  return nil
+end
+
 -- Makes a free key deliverable again: it goes to the ready list if it still has messages, or,
 -- when `due` (µs) is given, to the delayed set until then (its head waits out a retry backoff).
 -- keys: {keyed, states, ready, delayed}
@@ -412,8 +434,9 @@ local function revoke_from(keys, key, seq, ended, now, policy)
     redis.call('HSET', keys.deliveries, later_seq, keyed_delivery(gen, 'w', key, uncounted, due))
     revoked = revoked + 1
   end
-  local outstanding = tonumber(redis.call('HGET', keys.states, key)) - revoked
+  local outstanding = busy_count(redis.call('HGET', keys.states, key)) - revoked
   if outstanding > 0 then
+    -- The revoked ones wait behind those still outstanding: these are not all it has.
     redis.call('HSET', keys.states, key, outstanding)
     return false
   end

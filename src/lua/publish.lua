@@ -433,8 +433,18 @@ for s = 1, subscriptions do
       members = members_of_all
     end
     redis.call('ZADD', keyed_key, unpack(members))
-    if redis.call('HSETNX', key_states_key, ordering_key, 'q') == 1 then
+    -- An idle key is queued, naming its message when it has only one (pull then reads no
+    -- range); a key whose state says what all its messages are says so no longer.
+    if redis.call('HSETNX', key_states_key, ordering_key, #mine == 1 and 'q' .. mine[1] or 'q') == 1 then
       redis.call('RPUSH', ready_key, 'k:' .. ordering_key)
+    else
+      local state = redis.call('HGET', key_states_key, ordering_key)
+      local outstanding, all = busy_count(state)
+      if all then
+        redis.call('HSET', key_states_key, ordering_key, outstanding)
+      elseif only_seq(state) then
+        redis.call('HSET', key_states_key, ordering_key, 'q')
+      end
     end
   elseif #mine > 0 then
     local now_ready = hold_back(s, mine, false)

@@ -14,7 +14,8 @@
   KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
   KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key" | "gen|f|key"; empty
              without ordering)
-  KEYS[7]    key states (HASH key -> "q" | outstanding count; empty without ordering)
+  KEYS[7]    key states (HASH key -> "q" | "q<seq>" | outstanding count, "-<count>" when those
+             are all of the key's messages; empty without ordering)
   KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, or a message
              scheduled for later is due, µs)
   KEYS[9]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
@@ -145,23 +146,27 @@ local function write_served_keys()
 end
 
 -- Leases the key's oldest messages (it has nothing outstanding when its marker is popped), up to
--- the first one still waiting out a backoff or for its delivery time. `members` are the first
--- of its range, infos[at], infos[at + 1], ... their keyed deliveries (read for the whole batch):
--- the members are distinct messages, so nothing read there changes before it is used here.
-local function serve_key(key, members, infos, at)
+-- the first one still waiting out a backoff or for its delivery time: the `count` seqs from
+-- seqs[at] on are the first of its range (`whole`: all of it), infos[at], ... their keyed
+-- deliveries (read for the whole batch): they are distinct messages, so nothing read there
+-- changes before it is used here.
+local function serve_key(key, count, whole, seqs, infos, at)
   local outstanding, waits_until = 0, nil
-  local gone, gone_seqs = {}, {}
-  for i, member in ipairs(members) do
-    if not has_room() then break end -- the rest of the key waits until these are acked
-    local seq = keyed_member_seq(member)
+  local gone, gone_seqs -- made only for a key with messages whose body is gone
+  for i = at, at + count - 1 do
+    if not has_room() then -- the rest of the key waits until these are acked
+      whole = false
+      break
+    end
+    local seq = seqs[i]
     local gen, uncounted, due = 0, 0, nil
-    local info = infos[at + i - 1]
+    local info = infos[i]
     if info then
       local info_gen, _, _, info_uncounted, info_due = split_keyed_delivery(info)
       gen, uncounted, due = info_gen, info_uncounted, info_due
     end
     if due and due > now then
-      waits_until = due
+      waits_until, whole = due, false
       break
     end
     local size = stored_size(seq)
@@ -174,6 +179,7 @@ local function serve_key(key, members, infos, at)
         forward(seq, gen, attempts)
         outstanding = 1
       end
+      whole = false -- a key being forwarded keeps a count that finish-forwarding decrements
       break
     elseif size > 0 then
       delivered[#delivered + 1] = seq
@@ -181,42 +187,66 @@ local function serve_key(key, members, infos, at)
       lease(seq, gen + 1, size, attempts + 1)
       outstanding = outstanding + 1
     else
-      gone[#gone + 1] = member
+      gone, gone_seqs = gone or {}, gone_seqs or {}
+      gone[#gone + 1] = keyed_member(key, seq)
       gone_seqs[#gone_seqs + 1] = seq
     end
   end
-  if #gone > 0 then
+  if gone then
     redis.call('ZREM', keys.keyed, unpack(gone))
     redis.call('HDEL', keys.deliveries, unpack(gone_seqs))
     for _, seq in ipairs(gone_seqs) do bodiless[#bodiless + 1] = seq end
   end
   if outstanding > 0 then
     busy[#busy + 1] = key
-    busy[#busy + 1] = outstanding
+    busy[#busy + 1] = busy_state(outstanding, whole)
   else
     release_key(keys, key, false, waits_until)
   end
 end
 
 -- Serves entries popped from the front of the ready list, in order. A key may take several
--- slots: its oldest messages are read first, one range per key, for the entries up to the one
--- whose messages make `remaining` (what an earlier key cannot take yet leaves room to the later
--- ones); then the keyed deliveries of all of them in one read. What is not served goes back in
--- front, in order.
+-- slots: its oldest messages are read first, for the entries up to the one whose messages make
+-- `remaining` (what an earlier key cannot take yet leaves room to the later ones): the states of
+-- all the keys in one read, then one range per key, unless its state names its only message;
+-- then the keyed deliveries of all of them in one read. What is not served goes back in front,
+-- in order.
 local function serve(entries)
-  local members_of, seqs, first_of = {}, {}, {}
-  local wanted, taken = 0, #entries
+  local key_of, marked = {}, {}
   for i, entry in ipairs(entries) do
+    if string.sub(entry, 1, 2) == 'k:' then
+      local key = string.sub(entry, 3)
+      key_of[i] = key
+      marked[#marked + 1] = key
+    end
+  end
+  local states = {}
+  in_chunks(marked, 1, function(chunk)
+    for _, state in ipairs(redis.call('HMGET', keys.states, unpack(chunk))) do states[#states + 1] = state end
+  end)
+  -- Entry i's key has count_of[i] seqs from seqs[first_of[i]] on (whole_of[i]: all of them).
+  local count_of, whole_of, seqs, first_of = {}, {}, {}, {}
+  local wanted, taken, keyed_at = 0, #entries, 0
+  for i = 1, #entries do
     if wanted >= remaining then
       taken = i - 1
       break
     end
-    if string.sub(entry, 1, 2) == 'k:' then
-      local min, max = key_range(string.sub(entry, 3))
-      local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
-      members_of[i], first_of[i] = members, #seqs + 1
-      for _, member in ipairs(members) do seqs[#seqs + 1] = keyed_member_seq(member) end
-      wanted = wanted + #members
+    local key = key_of[i]
+    if key then
+      keyed_at = keyed_at + 1
+      first_of[i] = #seqs + 1
+      local only = only_seq(states[keyed_at])
+      if only then
+        seqs[#seqs + 1] = only
+        count_of[i], whole_of[i] = 1, true
+      else
+        local min, max = key_range(key)
+        local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
+        for _, member in ipairs(members) do seqs[#seqs + 1] = keyed_member_seq(member) end
+        count_of[i], whole_of[i] = #members, #members < remaining
+      end
+      wanted = wanted + count_of[i]
     else
       wanted = wanted + 1
     end
@@ -230,9 +260,8 @@ local function serve(entries)
       taken = i - 1
       break
     end
-    local members = members_of[i]
-    if members then
-      serve_key(string.sub(entries[i], 3), members, infos, first_of[i])
+    if key_of[i] then
+      serve_key(key_of[i], count_of[i], whole_of[i], seqs, infos, first_of[i])
     else
       deliver_unkeyed(entries[i])
     end

@@ -13,7 +13,11 @@ import { type TopicSettings, topicRetentionUs } from '../broker/topic-fields.ts'
  * both kept by the record puts, where format 7 listed the incarnations in `retaining-topics` and
  * its janitor read every record at each pass, and the count of every control-plane put
  * (`control-changes`), by which the periodic sync tells that nothing changed: a broker of format 7
- * would not keep them. Format 7 adds the expiry indexes of subscriptions and
+ * would not keep them. Format 8 also adds two states of an ordering key (`key-states`):
+ * `q<seq>`, a queued key whose only message is seq, and `-<n>`, a busy key whose n outstanding
+ * messages are all it has; a broker of format 7 would leave them as they are when it publishes
+ * to such a key, so that its new messages would never be delivered, and would read `-<n>` as
+ * fewer than none outstanding. Format 7 adds the expiry indexes of subscriptions and
  * snapshots and the count of their puts (`owner-changes`), which a broker of format 6 would not
  * keep up to date: its puts would leave records out of the expiration pass and out of other
  * brokers' copies of the records. Format 6 adds each subscription's holds (the flags of the
@@ -33,7 +37,8 @@ export const STORAGE_FORMAT = '8';
 /**
  * Formats this broker reads as they are once every subscription's holds (before 6), the expiry
  * indexes (before 7) and the index of the retained logs (before 8) are written: claiming such a
- * store writes them, then records format 8 over it.
+ * store writes them, then records format 8 over it. The key states of format 7 (`q`, and counts
+ * that may have messages behind them) are states format 8 has too, and are kept as they are.
  */
 const WITHOUT_HOLDS = new Set(['2', '3', '4', '5']);
 const WITHOUT_EXPIRIES = new Set([...WITHOUT_HOLDS, '6']);

@@ -1,7 +1,8 @@
 // A broker serves only a store in its own storage format (src/redis/storage-format.ts); on
 // standalone and cluster:
 //   - an empty store is claimed (its format recorded), and claiming again changes nothing; a
-//     store of format 2 is claimed as it is (format 3 only adds to it);
+//     store of format 2 is claimed as it is (format 3 only adds to it), and so is one of format 7
+//     (test/e2e/storage-format-7.test.ts delivers from one);
 //   - a store that holds an earlier version's message bodies (`messages` hashes) is refused, and
 //     so is one recorded in another format; a key prefix with SCAN pattern characters still
 //     finds only its own keys;
@@ -95,6 +96,14 @@ for (const target of redisTargets()) {
       );
       t.equal(await redis.exists(upgraded.format7RetainingTopics), 0, "format 7's list is gone");
     }
+
+    // Format 7 has the expiry indexes already, and key states format 8 reads as they are.
+    const seven = new Keys(uniquePrefix('format-7'));
+    await redis.set(seven.storageFormat, '7');
+    await redis.hset(seven.subscriptions, 'projects/p/subscriptions/indexed', '{}');
+    t.equal(await claimStorageFormat(redis, seven, scripts), undefined, 'a store of format 7 is claimed as it is');
+    t.equal(await redis.get(seven.storageFormat), STORAGE_FORMAT, `recorded as format ${STORAGE_FORMAT}`);
+    t.equal(await redis.zcard(seven.subscriptionExpiries), 0, 'its expiry indexes left as they are');
 
     const other = new Keys(uniquePrefix('format-other'));
     await redis.set(other.storageFormat, '99');

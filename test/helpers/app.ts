@@ -30,12 +30,14 @@ export async function startBroker(
     clock?: Clock;
     pullWaitMs?: number;
     name?: string;
+    /** The key prefix of a store an earlier broker of the test used (default: a fresh one). */
+    prefix?: string;
     stageBodiesFromBytes?: number;
   } = {},
 ): Promise<TestBroker> {
   const target = options.target ?? redisTargets()[0];
   const redis = target.connect();
-  const prefix = uniquePrefix(options.name ?? 'broker');
+  const prefix = options.prefix ?? uniquePrefix(options.name ?? 'broker');
   const app = await buildApp({
     redis,
     keyPrefix: prefix,
