@@ -1,7 +1,8 @@
 // One leaser per subscription per process (src/broker/leaser.ts): the streams and waiting long
 // polls of a subscription share one pull loop. Many streams cost pull scripts per publish, not
 // per stream; a trickle of messages goes round the streams in turn; random flow control still
-// gets every message delivered once and fills every stream's room; long polls and streams mix;
+// gets every message delivered once and fills every stream's room; long polls and streams mix,
+// each leased with its own deadline;
 // an ordering key stays with one stream at a time, in order; and what a stream that closed
 // during a pull was leased for goes back at once.
 
@@ -103,6 +104,15 @@ t.test('random flow control: every message once, and every stream filled when th
 t.test('long polls and streams on one subscription: every message once, to both kinds', async (t) => {
   const random = randomFromEnv(t);
   const broker = await workBroker(t, 'leaser-mixed', { ackDeadlineSeconds: 60 });
+  // Which deadline each message was leased with: the stream's, or (undefined) the subscription's.
+  const leasedWith = new Map<string, number | undefined>();
+  const delivery = broker.app.broker.delivery;
+  const pullOnce = delivery.pullOnce.bind(delivery);
+  delivery.pullOnce = async (...args: Parameters<typeof pullOnce>) => {
+    const result = await pullOnce(...args);
+    for (const message of result.received) leasedWith.set(textOf(message), args[2]);
+    return result;
+  };
   const streams = Array.from({ length: 5 }, () => openStream(broker, random.int(1, 3), () => random.int(0, 20)));
   t.teardown(closeAll(streams));
   const polled: string[] = [];
@@ -134,6 +144,15 @@ t.test('long polls and streams on one subscription: every message once, to both 
   t.ok(
     streams.every((stream) => stream.received.length > 0),
     'every stream got messages',
+  );
+  // Streams and long polls of one subscription lease with their own deadlines.
+  t.ok(
+    polled.every((text) => leasedWith.get(text) === undefined),
+    "long polls' messages were leased with the subscription's deadline",
+  );
+  t.ok(
+    streams.every((stream) => stream.received.every((text) => leasedWith.get(text) === 60)),
+    "streams' messages were leased with their streamAckDeadlineSeconds",
   );
 });
 
