@@ -116,9 +116,9 @@ export class Leasers {
     if (!leaser) return (await this.source.pullOnce(record, max)).received;
     try {
       const mark = leaser.mark();
-      const { received, nextDueUs, full } = await this.source.pullOnce(record, max);
+      const { received, nextDueUs } = await this.source.pullOnce(record, max);
       if (received.length > 0 || cancelled.aborted || this.closing) return received;
-      leaser.looked(mark, full, nextDueUs);
+      leaser.looked(mark, nextDueUs);
       return await new Promise<ReceivedMessage[]>((resolve, reject) => {
         let done = false;
         const finish = (answer: () => void) => {
@@ -219,13 +219,12 @@ export class Leaser {
   }
 
   /**
-   * A consumer's own look, begun after mark(), found all there was (not `full`): while the
-   * wake-up stayed armed and unfired since, the leaser owes no look of its own.
+   * A consumer's own look, begun after mark(), found nothing: while the wake-up stayed armed and
+   * unfired since, the leaser owes no look of its own.
    */
-  looked(mark: number, full: boolean, nextDueUs: number | undefined): void {
+  looked(mark: number, nextDueUs: number | undefined): void {
     if (nextDueUs !== undefined) this.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
-    if (full) this.owe();
-    else if (mark === this.owings && this.fresh) this.owed = false;
+    if (mark === this.owings && this.fresh) this.owed = false;
   }
 
   endAll(error: unknown): void {

@@ -14,6 +14,7 @@ import { watchScripts } from '../helpers/script-calls.ts';
 import { waitUntil } from '../helpers/wait.ts';
 import {
   caller,
+  longPolls,
   openStream,
   publish,
   pullScripts,
@@ -50,6 +51,20 @@ t.test('100 streams on one subscription: pull scripts follow the publishes, not 
   // At most one look per publish's wake-up, and the first look: never one per stream.
   t.ok(pulls <= PUBLISHES + 2, `${pulls} pull scripts for ${PUBLISHES} publishes of ${BATCH} to ${STREAMS} streams`);
   t.same(received().sort(), published.sort(), 'each message delivered once');
+});
+
+t.test('a long poll that finds nothing waits after its one look: the leaser does not look again', async (t) => {
+  const broker = await workBroker(t, 'leaser-one-look');
+  const watch = watchScripts();
+  t.teardown(watch.stop);
+  const polls = longPolls(broker, 1, 10);
+  t.ok(await waitUntil(() => pullScripts(watch.scripts) >= 1, 10_000), 'the long poll looked');
+  await sleep(300);
+  t.equal(pullScripts(watch.scripts), 1, 'one pull script while it waits');
+  await publish(broker, ['x']);
+  t.ok(await waitUntil(() => polls.answered().length === 1, 10_000), 'and the publish reaches it');
+  t.equal(pullScripts(watch.scripts), 2, 'with one more');
+  await polls.abort();
 });
 
 t.test('single messages go round the waiting streams, the longest-unserved first', async (t) => {
