@@ -27,9 +27,10 @@ import { CONFIG_CHANGED, MAX_TIMER_MS, Nap, type Waiter } from './wakeups.ts';
  *   and each group with room gets one pull script for its summed room, capped as any pull is
  *   (MAX_PULL_MESSAGES, MAX_PULL_BYTES); a pull that fills its cap owes the next look at once.
  * - Distribution: the consumers are queued longest-unserved first (one that is handed messages
- *   goes to the back), and the pulled messages go round the queue one unit at a time to the next
- *   consumer with room, so that a trickle of messages spreads over every consumer in turn. A
- *   unit is one message, or on an ordered subscription all the messages of one ordering key in the
+ *   goes to the back), and the pulled messages fill the room of the first in the queue, then of
+ *   the next, unit by unit: a trickle of messages goes to every consumer in turn, and a batch
+ *   reaches few consumers in full frames (each frame costs its client one ack, and the broker one
+ *   ack script), not every consumer a message. A unit is one message, or on an ordered subscription all the messages of one ordering key in the
  *   pull, in order: the pull script hands out a key only while nothing of it is outstanding
  *   (pull.lua), so giving a key's messages to one consumer keeps the key with one consumer at a
  *   time. A unit longer than any consumer's room goes to the roomiest, and the rest of it is given
@@ -423,9 +424,11 @@ function unitsOf(received: LeasedMessage[], ordered: boolean): LeasedMessage[][]
 }
 
 /**
- * Deals units round the consumers (in `left`'s order, with the room each has left), one unit to
- * the next consumer whose room holds it whole; a unit no room holds goes in part to the roomiest,
- * its rest to `back`, as does a unit when no room is left.
+ * Deals units out to the consumers in `left`'s order (with the room each has left): each
+ * consumer is filled before the next gets anything, so that a batch reaches few consumers in
+ * full frames (one ack each) rather than every consumer a message; a unit that does not fit
+ * whole goes to the next consumer it fits, else in part to the roomiest, its rest to `back`, as
+ * does a unit when no room is left.
  */
 function share(
   units: LeasedMessage[][],
@@ -434,19 +437,19 @@ function share(
 ): Map<LeaseConsumer, LeasedMessage[][]> {
   const order = [...left.keys()];
   const shares = new Map<LeaseConsumer, LeasedMessage[][]>();
+  // Every consumer before `at` is full.
   let at = 0;
   for (const unit of units) {
+    while (at < order.length && left.get(order[at]) === 0) at++;
     let chosen: LeaseConsumer | undefined;
     let roomiest: LeaseConsumer | undefined;
-    for (let i = 0; i < order.length; i++) {
-      const consumer = order[(at + i) % order.length];
-      const room = left.get(consumer)!;
+    for (let i = at; i < order.length; i++) {
+      const room = left.get(order[i])!;
       if (room >= unit.length) {
-        chosen = consumer;
-        at = (at + i + 1) % order.length;
+        chosen = order[i];
         break;
       }
-      if (room > 0 && (!roomiest || room > left.get(roomiest)!)) roomiest = consumer;
+      if (room > 0 && (!roomiest || room > left.get(roomiest)!)) roomiest = order[i];
     }
     chosen ??= roomiest;
     if (!chosen) {
