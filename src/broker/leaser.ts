@@ -15,8 +15,9 @@ import { CONFIG_CHANGED, MAX_TIMER_MS, Nap, type Waiter } from './wakeups.ts';
  *   (messages, and bytes one pull may bring it), its ack deadline and a way to take messages, and
  *   leaves when done; the last one to leave stops the leaser and its wake-up.
  * - Wake-ups: the leaser is the only waiter of its subscription on the topic's wake channel
- *   (wakeups.ts). A wake-up, a look that filled what it asked for, or messages given back make a
- *   look owed; the leaser looks when one is owed and some consumer has room, after re-arming its
+ *   (wakeups.ts). A wake-up, a look that leased messages, or messages given back make a look
+ *   owed (a look that leased may have left more, and only a look that finds nothing learns from
+ *   the pull script when the next message falls due by time alone); the leaser looks when one is owed and some consumer has room, after re-arming its
  *   wake-up (a fired one is replaced before the look, so no publish is missed). Room that acks
  *   free needs no look unless one is owed: the last look left nothing behind, and whatever becomes
  *   available announces itself. Messages that become available by time alone (a lease deadline,
@@ -25,7 +26,9 @@ import { CONFIG_CHANGED, MAX_TIMER_MS, Nap, type Waiter } from './wakeups.ts';
  * - One pull per deadline: consumers are grouped by the ack deadline their leases get (a stream's
  *   streamAckDeadlineSeconds; undefined for long polls: the subscription's ackDeadlineSeconds),
  *   and each group with room gets one pull script for its summed room, capped as any pull is
- *   (MAX_PULL_MESSAGES, MAX_PULL_BYTES); a pull that fills its cap owes the next look at once.
+ *   (MAX_PULL_MESSAGES, MAX_PULL_BYTES). So a publish that wakes the leaser costs two pull
+ *   scripts while its consumers have room (one that leases, one that finds nothing), however
+ *   many consumers there are.
  * - Distribution: the consumers are queued longest-unserved first (one that is handed messages
  *   goes to the back), and the pulled messages fill the room of the first in the queue, then of
  *   the next, unit by unit: a trickle of messages goes to every consumer in turn, and a batch
@@ -165,7 +168,7 @@ export class Leaser {
   /** The waiter is armed and has not fired: anything that becomes available wakes it. */
   private fresh = false;
   private arming?: Promise<void>;
-  /** A look may find messages: the first, and after a wake-up, a filled look or a give-back. */
+  /** A look may find messages: the first, and after a wake-up, a look that leased or a give-back. */
   private owed = true;
   /** How many times a look became owed (see mark). */
   private owings = 0;
@@ -327,8 +330,10 @@ export class Leaser {
       }
       return;
     }
-    const { received, nextDueUs, full } = pulled;
-    if (full) this.owe();
+    const { received, nextDueUs } = pulled;
+    // A look that leased owes the next: more may have come meanwhile (a filled look), and only a
+    // look that leases nothing learns when the next message falls due by time alone (pull.lua).
+    if (received.length > 0) this.owe();
     if (nextDueUs !== undefined) this.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
     if (received.length > 0) await this.handOut(received, [...takers.keys()]);
   }
