@@ -2,13 +2,14 @@
 // polls of a subscription share one pull loop. Many streams cost pull scripts per publish, not
 // per stream; a trickle of messages goes round the streams in turn; random flow control still
 // gets every message delivered once and fills every stream's room; long polls and streams mix,
-// each leased with its own deadline;
-// an ordering key stays with one stream at a time, in order; and what a stream that closed
-// during a pull was leased for goes back at once.
+// each leased with its own deadline; an ordering key stays with one stream at a time, in order;
+// what a stream that closed during a pull was leased for goes back at once; and a subscription
+// change reaches idle streams.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import type { ReceivedMessage } from '../../src/broker/pull.ts';
+import type { StreamingPullResponse } from '../../src/broker/streaming.ts';
 import { randomFromEnv } from '../helpers/random.ts';
 import { watchScripts } from '../helpers/script-calls.ts';
 import { waitUntil } from '../helpers/wait.ts';
@@ -256,4 +257,25 @@ t.test('what a stream that closed during its pull was leased for goes back at on
     'the next stream gets them, long before the deadline',
   );
   t.same(second.received.sort(), ['a', 'b', 'c'], 'each once');
+});
+
+t.test('a subscription change reaches its idle streams through the leaser, before any heartbeat', async (t) => {
+  const broker = await workBroker(t, 'leaser-config');
+  const frames: StreamingPullResponse[] = [];
+  const session = broker.app.broker.streams.open(caller(), WORK, {
+    send: (response) => frames.push(response) > 0,
+    close() {},
+  });
+  t.teardown(() => broker.app.broker.streams.closed(session));
+  session.receive(() => ({ streamAckDeadlineSeconds: 60 }));
+  t.ok(await waitUntil(() => frames.length > 0, 5000), 'the stream started');
+  await broker.api('PATCH', '/v1/projects/p/subscriptions/work', {
+    subscription: { enableExactlyOnceDelivery: true },
+    updateMask: 'enableExactlyOnceDelivery',
+  });
+  // Heartbeats (which re-read the subscription too) come every 7.5 s here.
+  t.ok(
+    await waitUntil(() => frames.some((frame) => frame.subscriptionProperties?.exactlyOnceDeliveryEnabled), 3000),
+    'the new subscriptionProperties arrive on the config wake-up',
+  );
 });
