@@ -22,6 +22,7 @@ import type { HttpClient } from './http.ts';
 import { StampedBodies } from './payloads.ts';
 import { E2E_LATENCY } from './report.ts';
 import { Latency, sleep, unrefSleep } from './stats.ts';
+import { scriptCalls } from './waiters-workloads.ts';
 
 interface ServerFrame {
   receivedMessages?: PulledMessage[];
@@ -226,6 +227,7 @@ export async function streamingThroughputWorkload(
   }
 
   async function receiveAll(): Promise<ThroughputResult> {
+    const scriptsBefore = await scriptCalls(options.admin);
     const all = waitFor(options.workload, options.timeoutMs, subscribers);
     goal.done = all.done;
     const started = performance.now();
@@ -247,6 +249,10 @@ export async function streamingThroughputWorkload(
     await settleAndCheck(options.workload, subscribers, options.admin, options.keyPrefix, options.subscriptionId);
     const frames = subscribers.reduce((sum, s) => sum + s.deliveryFrames, 0);
     const delivered = subscribers.reduce((sum, s) => sum + s.messages, 0);
+    // Every script but the publishes and the acks (one per delivery frame) is a pull: how many
+    // the subscription's leaser ran for the messages, however many streams share them.
+    const scripts = (await scriptCalls(options.admin)) - scriptsBefore;
+    const pullScripts = scripts - Math.ceil(options.messages / options.batch) - frames;
     return {
       workload: options.workload,
       messages: seen.size,
@@ -262,6 +268,7 @@ export async function streamingThroughputWorkload(
         deliveryFrames: frames,
         avgMessagesPerFrame: Math.round((delivered / Math.max(1, frames)) * 10) / 10,
         perSubscriber: subscribers.map((s) => s.messages).join('/'),
+        pullScriptsPerMessage: Math.round((pullScripts / seen.size) * 1000) / 1000,
       },
     };
   }

@@ -16,7 +16,7 @@ import type { ThroughputResult } from './broker-workloads.ts';
 const SETTLE_MS = 150;
 
 /** Scripts Redis ran so far (EVALSHA and EVAL calls since the last RESETSTAT). */
-async function scriptCalls(admin: Redis): Promise<number> {
+export async function scriptCalls(admin: Redis): Promise<number> {
   const info = await admin.info('commandstats');
   let calls = 0;
   for (const match of info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) calls += Number(match[2]);

@@ -10,7 +10,8 @@ import { DeadLetters } from './dead-letters.ts';
 import type { ResourceName } from './names.ts';
 import { Publisher } from './publish.ts';
 import type { PubsubMessage } from './publish-request.ts';
-import { Puller, type ReceivedMessage } from './pull.ts';
+import { Leasers } from './leaser.ts';
+import { MAX_PULL_MESSAGES, Puller, type ReceivedMessage } from './pull.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { Regions } from './regions.ts';
 import { type IssuedAckIds, type SettleOutcome, Settlement, throwFailures } from './settlement.ts';
@@ -62,11 +63,14 @@ export interface Settled {
 /**
  * Publishing and the pull/ack/modack cycle, each state change one script: publish.ts stores
  * messages, pull.ts leases them, settlement.ts acknowledges them and changes their deadlines.
- * The unary calls are here; streams (streaming.ts) use the parts they share with them.
+ * The unary calls are here; streams (streaming.ts) use the parts they share with them, and
+ * streams and waiting long polls of one subscription share its leaser (leaser.ts).
  */
 export class DeliveryService {
   private readonly publisher: Publisher;
   private readonly puller: Puller;
+  /** The leasers of this process's subscriptions: streams and waiting long polls are served by them. */
+  readonly leasers: Leasers;
   private readonly settlement: Settlement;
   private readonly ackAndPublish: AckAndPublish;
   private readonly settledListeners: ((settled: Settled) => void)[] = [];
@@ -83,15 +87,8 @@ export class DeliveryService {
     this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes, metrics);
     this.settlement = new Settlement(regions, options.ackIds, metrics);
     const deadLetters = new DeadLetters(regions, topics, this.publisher, metrics);
-    this.puller = new Puller(
-      regions,
-      this.settlement,
-      deadLetters,
-      options.ackIds,
-      options.pullWaitMs,
-      topics,
-      metrics,
-    );
+    this.puller = new Puller(regions, this.settlement, deadLetters, options.ackIds, topics, metrics);
+    this.leasers = new Leasers(this, options.pullWaitMs);
     this.ackAndPublish = new AckAndPublish(
       regions,
       this.settlement,
@@ -104,7 +101,7 @@ export class DeliveryService {
 
   /** Stops long polls from waiting (graceful shutdown). */
   close(): void {
-    this.puller.close();
+    this.leasers.close();
   }
 
   async publish(caller: CallContext, topic: ResourceName, request: PublishRequest): Promise<{ messageIds: string[] }> {
@@ -131,7 +128,12 @@ export class DeliveryService {
     // A pull that may wait holds a place while it runs; none left: RESOURCE_EXHAUSTED.
     const leave = returnImmediately ? undefined : this.options.longPolls.enter();
     try {
-      return await this.unlessDetached(name, this.puller.pull(record, request.maxMessages, returnImmediately, signal));
+      const pulling = returnImmediately
+        ? this.puller
+            .pullOnce(record, Math.min(request.maxMessages, MAX_PULL_MESSAGES))
+            .then(({ received }) => received)
+        : this.leasers.longPoll(record, name, request.maxMessages, signal);
+      return await this.unlessDetached(name, pulling);
     } finally {
       leave?.();
     }
@@ -274,13 +276,8 @@ export class DeliveryService {
   }
 
   /** A wake-up on the subscription's topic in every usable region (pull.ts). */
-  armWaiter(record: SubscriptionRecord, capacity: number): ReturnType<Puller['armWaiter']> {
-    return this.puller.armWaiter(record, capacity);
-  }
-
-  /** Hands an unused wake-up on to the subscription's next waiter in this process (pull.ts). */
-  passOnWakeup(record: SubscriptionRecord): void {
-    this.puller.passOn(record);
+  armWaiter(record: SubscriptionRecord): ReturnType<Puller['armWaiter']> {
+    return this.puller.armWaiter(record);
   }
 
   /** Subscribing through this endpoint is allowed by the topic's storage policy (storage-region.ts). */

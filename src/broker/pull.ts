@@ -79,12 +79,11 @@ export class LeasedMessage implements ReceivedMessage {
 
 /**
  * Pulls: leases of available messages from every usable region (this one first), for a unary
- * pull (which long-polls unless told not to) or a stream's next batch.
+ * pull, or a leaser's next batch for the streams and long polls of a subscription (leaser.ts).
  */
 export class Puller {
   /** Counts pulls, so that every few a remote region is looked at first (see pullOrder). */
   private pulls = 0;
-  private closing = false;
 
   constructor(
     private readonly regions: Regions,
@@ -92,69 +91,12 @@ export class Puller {
     private readonly deadLetters: DeadLetters,
     /** The ack ID codec; its secret lives in Redis, so it is loaded on first use. */
     private readonly ackIds: () => Promise<AckIdCodec>,
-    /** Upper bound of a long-polling pull, in milliseconds. */
-    private readonly pullWaitMs: number,
     private readonly topics: TopicService,
     private readonly metrics: BrokerMetrics,
   ) {}
 
   /** Subscriptions' topics read in the last second (for their retention), and those found missing. */
   private readonly topicsSeen = new RememberedTopics(true, TOPIC_REMEMBERED_MS);
-
-  /** Stops long polls from waiting (graceful shutdown). */
-  close(): void {
-    this.closing = true;
-  }
-
-  /**
-   * Leases messages for a unary pull; long-polls unless returnImmediately. A pull that leaves
-   * while it may have left messages behind passes its wake-up on (wakeups.ts).
-   */
-  async pull(
-    record: SubscriptionRecord,
-    maxMessages: number,
-    returnImmediately: boolean,
-    cancelled: AbortSignal,
-  ): Promise<ReceivedMessage[]> {
-    const max = Math.min(maxMessages, MAX_PULL_MESSAGES);
-    const giveUpAt = Date.now() + (returnImmediately ? 0 : this.pullWaitMs);
-    for (;;) {
-      // Without a wake-up channel the pull answers at once; clients pull again.
-      const waiter =
-        returnImmediately || this.closing ? undefined : await this.armWaiter(record, max).catch(() => undefined);
-      // Whether the next step is another look, which acts on any wake-up this waiter got.
-      let looksAgain = false;
-      let full = false;
-      try {
-        const pulled = await this.pullOnce(record, max);
-        const { received, nextDueUs } = pulled;
-        full = pulled.full;
-        const remainingMs = giveUpAt - Date.now();
-        if (received.length > 0 || !waiter || remainingMs <= 0 || cancelled.aborted || this.closing) {
-          return received;
-        }
-        // Sleep until a publish or nack wakes us, a lease runs out, the client leaves, or time is up.
-        if (nextDueUs !== undefined) waiter.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
-        await new Promise<void>((resolve) => {
-          const stop = () => {
-            clearTimeout(timer);
-            cancelled.removeEventListener('abort', stop);
-            resolve();
-          };
-          const timer = setTimeout(stop, remainingMs);
-          waiter.woken.then(stop);
-          cancelled.addEventListener('abort', stop, { once: true });
-        });
-        if (cancelled.aborted) return [];
-        looksAgain = true;
-      } finally {
-        // Woken during the look (which may have missed what the wake-up announced), or took all it
-        // could: the next waiter looks, unless this pull is about to look again itself.
-        const wasWoken = waiter?.cancel() ?? false;
-        if (!looksAgain && (wasWoken || full)) this.passOn(record);
-      }
-    }
-  }
 
   /**
    * Leases up to `max` available messages once, without waiting, from every usable region
@@ -202,16 +144,13 @@ export class Puller {
 
   /**
    * Arms a wake-up on the subscription's topic in every usable region: it fires on a publish or
-   * nack anywhere, or on a change of one of the topic's subscriptions. `capacity` is how many
-   * messages the waiter's look takes at most (wakeups.ts wakes waiters enough for what became
-   * available). Fails if this region's channel cannot be armed; other regions' failures only
-   * cost their wake-ups.
+   * nack anywhere, or on a change of one of the topic's subscriptions. Each subscription has one
+   * waiter in this process: its leaser (leaser.ts), or its pusher (push.ts). Fails if this
+   * region's channel cannot be armed; other regions' failures only cost their wake-ups.
    */
-  async armWaiter(record: SubscriptionRecord, capacity: number): Promise<Waiter> {
+  async armWaiter(record: SubscriptionRecord): Promise<Waiter> {
     const armed = await Promise.allSettled(
-      this.regions
-        .localFirst()
-        .map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid), record.uid, capacity)),
+      this.regions.localFirst().map((region) => region.wakeups.arm(region.ctx.keys.wakeChannel(record.topicUid))),
     );
     const waiters = armed.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
     const local = armed[0];
@@ -222,20 +161,10 @@ export class Puller {
     if (waiters.length === 1) return waiters[0];
     return {
       woken: Promise.race(waiters.map((waiter) => waiter.woken)),
-      // A look covers every region: one group timer, this region's, is enough.
-      lookAgainIn: (ms) => waiters[0].lookAgainIn(ms),
-      cancel: () => waiters.map((waiter) => waiter.cancel()).includes(true),
+      cancel: () => {
+        for (const waiter of waiters) waiter.cancel();
+      },
     };
-  }
-
-  /**
-   * Hands a wake-up a consumer of the subscription leaves unused on to the next waiter of the
-   * subscription in this process, in every usable region (wakeups.ts).
-   */
-  passOn(record: SubscriptionRecord): void {
-    for (const region of this.regions.localFirst()) {
-      region.wakeups.passOn(region.ctx.keys.wakeChannel(record.topicUid), record.uid);
-    }
   }
 
   /**

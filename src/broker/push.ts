@@ -272,7 +272,7 @@ class Pusher {
   private async armed(): Promise<Waiter> {
     if (this.waiter && !this.waiterFired) return this.waiter;
     // The pusher is the subscription's only consumer here: every wake-up of it is its own.
-    const next = await this.delivery.armWaiter(this.record, Infinity);
+    const next = await this.delivery.armWaiter(this.record);
     this.waiter?.cancel();
     this.waiter = next;
     this.waiterFired = false;

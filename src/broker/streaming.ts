@@ -3,19 +3,20 @@ import type { Delivery } from './ack-id.ts';
 import { checkAckDeadline, checkDeadlineChange } from './ack-deadline.ts';
 import type { CallContext } from './call-context.ts';
 import type { DeliveryService, Settled } from './delivery.ts';
+import type { Leaser, LeaseConsumer } from './leaser.ts';
 import type { LeasedMessage } from './pull.ts';
 import type { SettleOutcome } from './settlement.ts';
 import { parseResourceName, type ResourceName } from './names.ts';
 import { OutstandingDeliveries } from './outstanding.ts';
 import type { SubscriptionRecord } from './records.ts';
 import type { SubscriptionService } from './subscriptions.ts';
-import { CONFIG_CHANGED, Nap } from './wakeups.ts';
 
 /**
  * One streaming pull (StreamingPull in googleapis' google/pubsub/v1/pubsub.proto; README.md,
  * "Streaming pull over WebSocket") over any message transport (the route uses a WebSocket).
- * Messages are pushed as soon as they are published: the session waits on the topic's wake-up
- * channel, never on a polling interval. Flow control stops delivery at the client's
+ * Messages are pushed as soon as they are published: the subscription's leaser in this process
+ * (leaser.ts), shared by its streams and long polls, waits on the topic's wake-up channel, never
+ * on a polling interval, and hands each stream messages as it has room. Flow control stops delivery at the client's
  * maxOutstandingMessages / maxOutstandingBytes and resumes as it acks. Acks and deadline changes
  * may come on the stream; on exactly-once subscriptions each is confirmed per ack ID.
  */
@@ -95,12 +96,14 @@ export class StreamingSession {
   private heartbeat?: NodeJS.Timeout;
   /** A connection that never sends its first frame would hold a socket forever. */
   private firstFrameTimer?: NodeJS.Timeout;
-  /** A subscription of the topic changed: re-read ours before the next pull. */
-  private configChanged = false;
   /** Frames are handled one at a time, in arrival order. */
   private queue: Promise<void> = Promise.resolve();
-  /** Wakes the delivery loop: flow-control room, a closed stream, or new stream settings. */
-  private readonly nap = new Nap();
+  /** The subscription's leaser, which leases for this stream (leaser.ts), once started. */
+  private leaser?: Leaser;
+  private readonly leaseConsumer = this.consumer();
+  /** The leaser hears when the blocked transport drains, or when the earliest lease runs out. */
+  private awaitingDrain = false;
+  private expiryTimer?: NodeJS.Timeout;
 
   constructor(
     /** Who opened the stream: its frames are that caller's calls. */
@@ -135,7 +138,11 @@ export class StreamingSession {
     this.closed = true;
     clearTimeout(this.firstFrameTimer);
     clearInterval(this.heartbeat);
-    this.nap.nudge();
+    clearTimeout(this.expiryTimer);
+    // Whatever the leaser hands out from now on goes to other streams, or back.
+    this.leaser?.remove(this.leaseConsumer);
+    this.leaser?.leave();
+    this.leaser = undefined;
   }
 
   /** Resolves when every frame received so far has been handled. */
@@ -209,7 +216,10 @@ export class StreamingSession {
       Math.max(10, Math.floor(this.options.heartbeatMs / 2)),
     );
     this.heartbeat.unref();
-    void this.deliverLoop().catch((error) => this.failChecked(error));
+    const leaser = await this.delivery.leasers.join(this.record, this.name);
+    if (this.closed) return leaser.leave();
+    this.leaser = leaser;
+    leaser.add(this.leaseConsumer);
   }
 
   private checkLaterFrame(frame: StreamingPullRequest): void {
@@ -296,7 +306,7 @@ export class StreamingSession {
     for (const [ackId, code] of outcome.failures) {
       if (finalFailures.includes(code)) released = this.outstanding.delete(ackId) || released;
     }
-    if (released) this.nap.nudge();
+    if (released) this.leaser?.roomFreed();
   }
 
   /**
@@ -316,110 +326,63 @@ export class StreamingSession {
       const from = entry.orderingKey === undefined ? undefined : firstNacked.get(entry.orderingKey);
       if (from !== undefined && entry.seq > from) this.outstanding.delete(ackId);
     });
-    this.nap.nudge();
+    this.leaser?.roomFreed();
   }
 
   /**
-   * Leases and sends while the stream has flow-control room, and sleeps on the topic's wake-up
-   * when there is nothing. A wake-up this stream got but will not act on (it stops looking: its
-   * flow control is full, its client reads slowly, it closed) goes to the subscription's next
-   * waiter in this process, as does one after a look that took all it could (wakeups.ts).
+   * The stream as its subscription's leaser sees it (leaser.ts): its room, its deadline, and how
+   * it takes what the leaser leased for it.
    */
-  private async deliverLoop(): Promise<void> {
-    // Woken, or last looked with no room for all there was, and not looked since.
-    let owesLook = false;
-    const passOnIfOwed = () => {
-      if (owesLook) this.delivery.passOnWakeup(this.record!);
-      owesLook = false;
+  private consumer(): LeaseConsumer {
+    const session = this;
+    return {
+      get deadlineSeconds() {
+        return session.ackDeadlineSeconds;
+      },
+      room: () => ({ messages: this.room(), bytes: MAX_BYTES_PER_FRAME }),
+      take: (messages) => this.take(messages),
+      end: (error) => void this.failChecked(error ?? unavailable('The server is shutting down; reconnect.')),
+      changed: (record) => {
+        this.record = record;
+        const properties = this.properties();
+        if (!sameProperties(properties, this.sentProperties)) this.sendProperties();
+      },
     };
-    try {
-      while (!this.closed) {
-        const blocked = this.transport.blocked?.();
-        if (blocked) {
-          passOnIfOwed();
-          await this.nap.sleep(undefined, blocked);
-          continue;
-        }
-        this.outstanding.forgetExpired(Date.now());
-        const room = this.room();
-        if (room === 0) {
-          passOnIfOwed();
-          await this.nap.sleep(Math.max(1, this.outstanding.nextExpiryMs() - Date.now()));
-          continue;
-        }
-        owesLook = (await this.lookOnce(room)) || owesLook;
-      }
-    } finally {
-      passOnIfOwed();
-    }
   }
 
   /**
-   * One look for messages, armed first and, when it finds none, asleep until a wake-up: true when
-   * a next look is owed (see deliverLoop).
+   * Sends what the leaser handed over, in frames, and returns the messages that were not handed
+   * to the client (over the byte budget, or the stream closed meanwhile): the leaser gives them
+   * to another stream or back. A pull cannot know sizes in advance, so the byte budget is applied
+   * here: one message may cross it.
    */
-  private async lookOnce(room: number): Promise<boolean> {
-    const record = this.record!;
-    const waiter = await this.delivery.armWaiter(record, room);
-    void waiter.woken.then((message) => {
-      if (message === CONFIG_CHANGED) this.configChanged = true;
-    });
-    let owesLook = false;
-    try {
-      // Closed while the wake-up was armed: lease nothing more (the loop passes any wake-up on).
-      if (this.closed) return waiter.cancel();
-      // The record is re-read when an update or delete announces itself (and on heartbeat
-      // ticks as a fallback), not before every pull.
-      if (this.configChanged) {
-        this.configChanged = false;
-        await this.refreshRecord();
+  private take(messages: LeasedMessage[]): LeasedMessage[] {
+    const { fits, over } = this.withinByteBudget(messages);
+    for (let start = 0; start < fits.length; ) {
+      let end = start;
+      let bytes = 0;
+      while (
+        end < fits.length &&
+        end - start < MAX_MESSAGES_PER_FRAME &&
+        (end === start || bytes < MAX_BYTES_PER_FRAME)
+      ) {
+        bytes += messageBytes(fits[end++]);
       }
-      const { received, nextDueUs, full } = await this.delivery.pullOnce(
-        this.record!,
-        room,
-        this.ackDeadlineSeconds,
-        MAX_BYTES_PER_FRAME,
-      );
-      owesLook = full;
-      if (received.length > 0) {
-        const undelivered = this.deliver(this.withinByteBudget(received));
-        // Leased but not handed to the client (over the byte budget, or the stream closed
-        // meanwhile): give them back at once instead of leaving them leased until the deadline.
-        if (undelivered.length > 0) {
-          owesLook = true;
-          await this.delivery.releaseLeased(
-            this.record!,
-            undelivered.map((m) => m.delivery),
-          );
-        }
-      } else {
-        if (nextDueUs !== undefined) waiter.lookAgainIn(Math.ceil(nextDueUs / 1000) + 1);
-        // Asleep until a wake-up or a close. Room that acks free meanwhile needs no new look: this
-        // look left nothing to lease, and whatever becomes available wakes a waiter (the room
-        // this waiter was armed with only understates what it takes, so no fewer are woken).
-        let woken = false;
-        void waiter.woken.then(() => (woken = true));
-        while (!woken && !this.closed) await this.nap.sleep(undefined, waiter.woken);
-      }
-    } finally {
-      // Woken (during the look, which may have missed what the wake-up announced, or asleep).
-      if (waiter.cancel()) owesLook = true;
+      if (!this.deliver(fits.slice(start, end))) return [...fits.slice(start), ...over];
+      start = end;
     }
-    return owesLook;
+    return over;
   }
 
-  /**
-   * Sends what fits and returns the messages that were not handed to the client. A pull cannot
-   * know sizes in advance, so the byte budget is applied here: one message may cross it.
-   */
-  private deliver(received: { fits: LeasedMessage[]; over: LeasedMessage[] }): LeasedMessage[] {
-    if (this.closed || received.fits.length === 0) return [...received.fits, ...received.over];
+  /** Sends one frame of messages and counts them as outstanding; false when it was not sent. */
+  private deliver(messages: LeasedMessage[]): boolean {
+    if (this.closed) return false;
     const properties = this.properties();
     const changed = sameProperties(properties, this.sentProperties) ? {} : { subscriptionProperties: properties };
-    if (!this.send({ receivedMessages: received.fits, ...changed })) return [...received.fits, ...received.over];
+    if (!this.send({ receivedMessages: messages, ...changed })) return false;
     this.sentProperties = properties;
     const expiresAtMs = Date.now() + this.ackDeadlineSeconds * 1000;
-    for (const message of received.fits) {
+    for (const message of messages) {
       const { region, seq } = message.delivery;
       const orderingKey =
         message.message.orderingKey === undefined ? undefined : `${region}/${message.message.orderingKey}`;
@@ -431,7 +394,7 @@ export class StreamingSession {
         delivery: message.delivery,
       });
     }
-    return received.over;
+    return true;
   }
 
   private withinByteBudget(received: LeasedMessage[]): { fits: LeasedMessage[]; over: LeasedMessage[] } {
@@ -442,11 +405,44 @@ export class StreamingSession {
     return { fits: received.slice(0, count), over: received.slice(count) };
   }
 
-  /** How many messages may be sent now (0 = at a flow-control limit). */
+  /**
+   * How many messages may be sent now (0 = at a flow-control limit, or the client reads slowly).
+   * At 0, the leaser hears again when the transport drains or the earliest lease runs out.
+   */
   private room(): number {
-    if (this.maxBytes > 0 && this.outstanding.bytes >= this.maxBytes) return 0;
-    if (this.maxMessages === 0) return MAX_MESSAGES_PER_FRAME;
-    return Math.max(0, Math.min(MAX_MESSAGES_PER_FRAME, this.maxMessages - this.outstanding.size));
+    if (this.closed) return 0;
+    const blocked = this.transport.blocked?.();
+    if (blocked) {
+      if (!this.awaitingDrain) {
+        this.awaitingDrain = true;
+        void blocked.then(() => {
+          this.awaitingDrain = false;
+          this.leaser?.roomFreed();
+        });
+      }
+      return 0;
+    }
+    this.outstanding.forgetExpired(Date.now());
+    const room =
+      this.maxBytes > 0 && this.outstanding.bytes >= this.maxBytes
+        ? 0
+        : this.maxMessages === 0
+          ? MAX_MESSAGES_PER_FRAME
+          : Math.max(0, Math.min(MAX_MESSAGES_PER_FRAME, this.maxMessages - this.outstanding.size));
+    if (room === 0 && this.expiryTimer === undefined) {
+      const nextExpiryMs = this.outstanding.nextExpiryMs();
+      if (nextExpiryMs !== Infinity) {
+        this.expiryTimer = setTimeout(
+          () => {
+            this.expiryTimer = undefined;
+            this.leaser?.roomFreed();
+          },
+          Math.max(1, nextExpiryMs - Date.now()),
+        );
+        this.expiryTimer.unref();
+      }
+    }
+    return room;
   }
 
   /**

@@ -1,57 +1,24 @@
-// Wake-ups proportional to work (src/broker/wakeups.ts), through the broker core: a publish
-// wakes only as many waiting long polls or streams as take its messages, a woken waiter that
-// leaves messages behind passes the wake-up on, leases that run out reach waiting pulls without
-// a publish, and many streams with random flow control each get their turn while every message
-// is delivered exactly once.
+// Wake-ups proportional to work (src/broker/wakeups.ts, src/broker/leaser.ts), through the broker
+// core: a publish costs as few pull scripts however many long polls or streams wait, a stream
+// whose flow control fills leaves the rest to the next stream, leases that run out reach waiting
+// pulls without a publish, and many streams with random flow control each get their turn while
+// every message is delivered exactly once.
 
 import { setTimeout as sleep } from 'node:timers/promises';
-import t, { type Test } from 'tap';
-import type { CallContext } from '../../src/broker/call-context.ts';
-import { parseResourceName } from '../../src/broker/names.ts';
-import type { ReceivedMessage } from '../../src/broker/pull.ts';
-import type { StreamingPullResponse } from '../../src/broker/streaming.ts';
-import { b64, startBroker, type TestBroker } from '../helpers/app.ts';
+import t from 'tap';
 import { randomFromEnv } from '../helpers/random.ts';
 import { watchScripts } from '../helpers/script-calls.ts';
 import { waitUntil } from '../helpers/wait.ts';
-
-const P = '/v1/projects/p';
-const WORK = parseResourceName('subscriptions', 'projects/p/subscriptions/work');
-const caller = (signal?: AbortSignal): CallContext => ({ endpoint: 'internal', region: '', signal });
-
-async function workBroker(t: Test, name: string, settings: object = {}): Promise<TestBroker> {
-  const broker = await startBroker(t, { name, pullWaitMs: 60_000 });
-  await broker.api('PUT', `${P}/topics/jobs`, {});
-  await broker.api('PUT', `${P}/subscriptions/work`, { topic: 'projects/p/topics/jobs', ...settings });
-  return broker;
-}
-
-const publish = (broker: TestBroker, texts: string[]) =>
-  broker.api('POST', `${P}/topics/jobs:publish`, { messages: texts.map((text) => ({ data: b64(text) })) });
-
-const textOf = (received: ReceivedMessage) => received.message.data?.toString() ?? '';
-
-/** Long polls of the work subscription, `maxMessages` each; abort() ends those still waiting. */
-function longPolls(broker: TestBroker, count: number, maxMessages: number) {
-  const stop = new AbortController();
-  const answers: ReceivedMessage[][] = [];
-  const done = Array.from({ length: count }, () =>
-    broker.app.broker.delivery
-      .pull(caller(stop.signal), WORK, { maxMessages })
-      .then((received) => void answers.push(received)),
-  );
-  return {
-    answers,
-    /** The long polls that answered with messages. */
-    answered: () => answers.filter((received) => received.length > 0),
-    abort: async () => {
-      stop.abort();
-      await Promise.all(done);
-    },
-  };
-}
-
-const pullScripts = (scripts: string[]) => scripts.filter((name) => name === 'pull').length;
+import {
+  WORK,
+  caller,
+  longPolls,
+  openStream,
+  publish,
+  pullScripts,
+  textOf,
+  workBroker,
+} from '../helpers/work-subscription.ts';
 
 t.test('many waiting long polls and one message: one delivery, at most two pull scripts', async (t) => {
   const broker = await workBroker(t, 'wakeups-polls');
@@ -103,41 +70,7 @@ t.test('leases that run out reach waiting long polls without a publish, one afte
   t.same(polls.answers.flat().map(textOf).sort(), ['x', 'y', 'z'], 'each message once more, each once');
 });
 
-/**
- * A stream of the work subscription on a transport that acks what it gets after `ackDelayMs()`
- * (never, when that is undefined).
- */
-function openStream(broker: TestBroker, maxOutstandingMessages: number, ackDelayMs: () => number | undefined) {
-  const received: string[] = [];
-  const ackIds: string[] = [];
-  let acked = 0;
-  const session = broker.app.broker.streams.open(caller(), WORK, {
-    send(response: StreamingPullResponse) {
-      const messages = response.receivedMessages ?? [];
-      if (messages.length === 0) return true;
-      received.push(...messages.map(textOf));
-      const batch = messages.map((message) => message.ackId);
-      ackIds.push(...batch);
-      const delayMs = ackDelayMs();
-      if (delayMs === undefined) return true;
-      setTimeout(() => {
-        session.receive(() => ({ ackIds: batch }));
-        acked += batch.length;
-      }, delayMs);
-      return true;
-    },
-    close() {},
-  });
-  session.receive(() => ({ streamAckDeadlineSeconds: 60, maxOutstandingMessages }));
-  return {
-    received,
-    ackIds,
-    acked: () => acked,
-    close: () => broker.app.broker.streams.closed(session),
-  };
-}
-
-t.test('a stream whose flow control fills passes the wake-up on to the next stream', async (t) => {
+t.test('a stream whose flow control fills leaves the rest to the next stream', async (t) => {
   const broker = await workBroker(t, 'wakeups-stream-pass', { ackDeadlineSeconds: 60 });
   await publish(broker, ['x', 'y', 'z']);
   const leased = await broker.app.broker.delivery.pull(caller(), WORK, { maxMessages: 10, returnImmediately: true });
