@@ -1,4 +1,5 @@
--- Prepended to every script by src/redis/scripts.ts. Kept tiny on purpose.
+-- Shared by the scripts: src/redis/scripts.ts prepends to each the top-level definitions of this
+-- file it uses (src/redis/prelude.ts). Every top-level line is a `local` definition or a comment.
 
 -- Reply codes. src/redis/calls/codes.ts defines the same names with the same values, for the
 -- wrappers that decode them (test/lua/script-headers.test.ts checks that both sides agree, and
