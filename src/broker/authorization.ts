@@ -16,7 +16,13 @@ import {
   type StoredPolicy,
 } from './iam-policy.ts';
 import { type Collection, checkProject, type ResourceName, resourceName } from './names.ts';
-import type { ProjectPolicyRecord, SnapshotRecord, SubscriptionRecord, TopicRecord } from './records.ts';
+import {
+  findRecord,
+  type ProjectPolicyRecord,
+  type SnapshotRecord,
+  type SubscriptionRecord,
+  type TopicRecord,
+} from './records.ts';
 import type { Regions } from './regions.ts';
 
 /**
@@ -200,10 +206,8 @@ export class Authorizer {
     return record;
   }
 
-  private async readProjectPolicy(project: string): Promise<ProjectPolicyRecord | undefined> {
-    const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys.projectPolicies, `projects/${project}`);
-    return json === null ? undefined : (JSON.parse(json) as ProjectPolicyRecord);
+  private readProjectPolicy(project: string): Promise<ProjectPolicyRecord | undefined> {
+    return findRecord(this.regions, 'projectPolicies', `projects/${project}`);
   }
 
   /** The policy of a topic, subscription or snapshot (none for a project: see projectPolicy). */
@@ -212,13 +216,8 @@ export class Authorizer {
     return resource.kind === 'projects' ? undefined : (await this.readRecord(resource))?.iamPolicy;
   }
 
-  /** The live record of a topic, subscription or snapshot, as this endpoint's region knows it. */
-  private async readRecord(resource: {
-    kind: Collection;
-    full: string;
-  }): Promise<TopicRecord | SubscriptionRecord | SnapshotRecord | undefined> {
-    const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys[resource.kind], resource.full);
-    return json === null ? undefined : JSON.parse(json);
+  /** The live record of a topic, subscription or snapshot. */
+  private readRecord(resource: { kind: Collection; full: string }) {
+    return findRecord(this.regions, resource.kind, resource.full);
   }
 }

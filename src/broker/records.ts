@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { StoredPolicy } from './iam-policy.ts';
+import type { Regions } from './regions.ts';
 import { parseDurationSeconds, parseTimestampUs } from './durations.ts';
 import type { SubscriptionSettings } from './subscription-fields.ts';
 import type { TopicSettings } from './topic-fields.ts';
@@ -93,4 +94,23 @@ export function expirationTtlUs(record: SubscriptionRecord): number | undefined 
 /** When a snapshot expires (µs since the epoch). */
 export function snapshotExpiresAtUs(record: SnapshotRecord): number {
   return parseTimestampUs(record.expireTime, 'expireTime');
+}
+
+/** The control plane's hashes of live records (keys.ts), and the record each holds. */
+interface RecordHashes {
+  topics: TopicRecord;
+  subscriptions: SubscriptionRecord;
+  snapshots: SnapshotRecord;
+  projectPolicies: ProjectPolicyRecord;
+}
+
+/** The live record of `fullName` in one of those hashes, as this endpoint's region knows it. */
+export async function findRecord<H extends keyof RecordHashes>(
+  regions: Regions,
+  hash: H,
+  fullName: string,
+): Promise<RecordHashes[H] | undefined> {
+  const { ctx } = regions.requireLocal();
+  const json = await ctx.redis.hget(ctx.keys[hash], fullName);
+  return json === null ? undefined : (JSON.parse(json) as RecordHashes[H]);
 }

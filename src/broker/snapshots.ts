@@ -14,6 +14,7 @@ import { type PageRequest, readNamePage } from './pagination.ts';
 import {
   snapshotExpiresAtUs,
   dataOwnerTombstone,
+  findRecord,
   isTombstone,
   newUid,
   type SnapshotRecord,
@@ -168,10 +169,9 @@ export class SnapshotService {
 
   /** The record of a snapshot, as this endpoint's region knows it. */
   async read(name: ResourceName): Promise<SnapshotRecord> {
-    const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys.snapshots, name.full);
-    if (json === null) throw notFound(name.id);
-    return JSON.parse(json) as SnapshotRecord;
+    const record = await findRecord(this.regions, 'snapshots', name.full);
+    if (!record) throw notFound(name.id);
+    return record;
   }
 
   /** Every snapshot record this endpoint's region knows (background passes). */

@@ -8,7 +8,14 @@ import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import { DELETED_TOPIC, parseResourceName, type ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
-import { dataOwnerTombstone, expirationTtlUs, newUid, type SubscriptionRecord, type TopicRecord } from './records.ts';
+import {
+  dataOwnerTombstone,
+  expirationTtlUs,
+  findRecord,
+  newUid,
+  type SubscriptionRecord,
+  type TopicRecord,
+} from './records.ts';
 import type { Regions } from './regions.ts';
 import type { SubscriptionRecords } from './subscription-records.ts';
 import { checkPushHost, type PushConfig, type PushConfigInput, type PushHosts } from './push-config.ts';
@@ -123,10 +130,8 @@ export class SubscriptionService {
   }
 
   /** As read, but undefined when the subscription does not exist. */
-  private async find(name: ResourceName): Promise<SubscriptionRecord | undefined> {
-    const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys.subscriptions, name.full);
-    return json === null ? undefined : (JSON.parse(json) as SubscriptionRecord);
+  private find(name: ResourceName): Promise<SubscriptionRecord | undefined> {
+    return findRecord(this.regions, 'subscriptions', name.full);
   }
 
   /** Every subscription record this endpoint's region knows (background passes). */

@@ -6,7 +6,7 @@ import { DEFAULT_LIMITS, ResourceLimits } from './limits.ts';
 import { checkUpdateMask, refuseUnimplemented, settleAll, settleMasked, storedSettings } from './fields.ts';
 import type { ResourceName } from './names.ts';
 import { type PageRequest, readNamePage } from './pagination.ts';
-import { newUid, type Tombstone, type TopicRecord } from './records.ts';
+import { findRecord, newUid, type Tombstone, type TopicRecord } from './records.ts';
 import type { Regions } from './regions.ts';
 import { TOPIC_FIELDS, type TopicInput, type TopicSettings } from './topic-fields.ts';
 
@@ -61,10 +61,8 @@ export class TopicService {
   }
 
   /** As read, by full name, but undefined when the topic does not exist (deleted, say). */
-  async find(fullName: string): Promise<TopicRecord | undefined> {
-    const { ctx } = this.regions.requireLocal();
-    const json = await ctx.redis.hget(ctx.keys.topics, fullName);
-    return json === null ? undefined : (JSON.parse(json) as TopicRecord);
+  find(fullName: string): Promise<TopicRecord | undefined> {
+    return findRecord(this.regions, 'topics', fullName);
   }
 
   /** The live records of the named topics (undefined for a name with none), in one read. */
