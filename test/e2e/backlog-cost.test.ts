@@ -8,7 +8,7 @@
 import t from 'tap';
 import type { ListBacklogRequest } from '../../src/broker/backlog.ts';
 import { resourceName } from '../../src/broker/names.ts';
-import { b64, startBroker } from '../helpers/app.ts';
+import { b64, okApi, startBroker } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
 
 const PAGE = 10;
@@ -17,11 +17,7 @@ t.test('a page examines a bounded number of entries, whatever the backlog', asyn
   const target = redisTargets()[0];
   const broker = await startBroker(t, { target, name: 'backlog-cost' });
   const { api, app } = broker;
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const response = await api(method, url, body);
-    if (response.status !== 200) throw new Error(`${method} ${url}: ${JSON.stringify(response.body)}`);
-    return response.body;
-  };
+  const ok = okApi(api);
   let commands = 0;
   const sendCommand = broker.redis.sendCommand;
   broker.redis.sendCommand = function (this: unknown, ...args: unknown[]) {

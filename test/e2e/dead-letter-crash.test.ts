@@ -12,7 +12,7 @@ import { buildApp } from '../../src/app.ts';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { cancelForwarding } from '../../src/redis/calls/delivery.ts';
 import type { Scripts } from '../../src/redis/scripts.ts';
-import { b64, jsonApi, unb64 } from '../helpers/app.ts';
+import { b64, jsonApi, okApi, unb64 } from '../helpers/app.ts';
 import { type RedisTarget, redisTargets, uniquePrefix } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
@@ -33,11 +33,7 @@ async function openBroker(t: Test, target: RedisTarget, prefix: string, clock: M
   };
   t.teardown(close);
   const api = jsonApi(app);
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const reply = await api(method, url, body);
-    if (reply.status !== 200) throw new Error(`${method} ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
-    return reply.body;
-  };
+  const ok = okApi(api);
   const pull = async (subscription: string) =>
     (await ok('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 10, returnImmediately: true }))
       .receivedMessages ?? [];

@@ -8,7 +8,7 @@ import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { packagePath } from '../../src/paths.ts';
 import { buildApp } from '../../src/app.ts';
-import { b64, jsonApi, startBroker } from '../helpers/app.ts';
+import { b64, jsonApi, okApi, startBroker } from '../helpers/app.ts';
 import { sampleValue, samplesOf } from '../helpers/metrics.ts';
 import { redisTargets } from '../helpers/redis.ts';
 import { rpc, rpcError, startGrpcBroker, topicName } from '../grpc/_client.ts';
@@ -20,12 +20,7 @@ for (const target of redisTargets()) {
   t.test(`${target.name}: the metrics count a known workload`, async (t) => {
     const clock = new ManualClock();
     const broker = await startBroker(t, { target, clock, name: 'metrics' });
-    const ok = async (method: string, url: string, body?: unknown) => {
-      const response = await broker.api(method, url, body);
-      if (response.status !== 200)
-        throw new Error(`${method} ${url}: ${response.status} ${JSON.stringify(response.body)}`);
-      return response.body;
-    };
+    const ok = okApi(broker.api);
     const scrape = async () => {
       const response = await broker.app.inject({ method: 'GET', url: '/metrics' });
       t.equal(response.statusCode, 200);

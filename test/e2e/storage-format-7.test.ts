@@ -10,7 +10,7 @@
 import t, { type Test } from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { Keys } from '../../src/redis/keys.ts';
-import { b64, startBroker, unb64 } from '../helpers/app.ts';
+import { b64, okApi, startBroker, unb64 } from '../helpers/app.ts';
 import { redisTargets, uniquePrefix } from '../helpers/redis.ts';
 
 const P = '/v1/projects/p';
@@ -21,11 +21,7 @@ type Received = { ackId: string; message: { data?: string; orderingKey?: string 
 
 async function openBroker(t: Test, prefix: string, clock: ManualClock) {
   const { app, api } = await startBroker(t, { prefix, clock, pullWaitMs: 0 });
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const reply = await api(method, url, body);
-    if (reply.status !== 200) throw new Error(`${method} ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
-    return reply.body;
-  };
+  const ok = okApi(api);
   const pull = async (subscription: string): Promise<Received[]> =>
     (await ok('POST', `${P}/subscriptions/${subscription}:pull`, { maxMessages: 100, returnImmediately: true }))
       .receivedMessages ?? [];

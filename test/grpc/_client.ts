@@ -17,6 +17,7 @@ import type { Clock } from '../../src/broker/clock.ts';
 import type { BrokerLimits } from '../../src/broker/limits.ts';
 import { packageDefinition } from '../../src/grpc/protos.ts';
 import { packagePath } from '../../src/paths.ts';
+import { okApi } from '../helpers/app.ts';
 import { redisTargets, type RedisTarget, uniquePrefix } from '../helpers/redis.ts';
 import { hasMessages, sleep, StreamResponses, within } from '../helpers/stream-responses.ts';
 
@@ -257,12 +258,7 @@ export async function startGrpcBroker(t: Teardown, options: GrpcBrokerOptions = 
     });
     return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : undefined };
   };
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const reply = await api(method, url, body);
-    if (reply.status !== 200)
-      throw new Error(`${method} ${url} answered ${reply.status} ${JSON.stringify(reply.body)}`);
-    return reply.body;
-  };
+  const ok = okApi(api);
   const topic = (id: string) => rpc(publisher, 'CreateTopic', { name: topicName(id) });
   const subscription = (id: string, topicId: string, extra: object = {}) =>
     rpc(subscriber, 'CreateSubscription', { name: subName(id), topic: topicName(topicId), ...extra });

@@ -76,6 +76,15 @@ function parseBody(text: string, orText: boolean): unknown {
   }
 }
 
+/** Calls through `api` that must answer 200: the answer's body, or an error naming the call and the answer. */
+export function okApi(api: JsonApi): (method: string, url: string, body?: unknown) => Promise<any> {
+  return async (method, url, body) => {
+    const reply = await api(method, url, body);
+    if (reply.status !== 200) throw new Error(`${method} ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
+    return reply.body;
+  };
+}
+
 /** Waits until `app`'s /readyz answers 200; throws `failure` after 15 s. */
 export async function waitReady(app: FastifyInstance, failure = 'not ready'): Promise<void> {
   const ready = async () => (await app.inject({ method: 'GET', url: '/readyz' })).statusCode === 200;

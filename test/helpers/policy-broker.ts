@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { buildApp } from '../../src/app.ts';
 import type { ScriptName } from '../../src/redis/scripts.ts';
 import { StreamClient } from '../streaming/_ws.ts';
-import { jsonApi, unb64 } from './app.ts';
+import { jsonApi, okApi, unb64 } from './app.ts';
 import { type RedisTarget, redisTargets, uniquePrefix } from './redis.ts';
 
 export const PROJECT = 'p';
@@ -30,11 +30,7 @@ export async function openPolicyBroker(
     redis.disconnect();
   });
   const api = jsonApi(app);
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const reply = await api(method, url, body);
-    if (reply.status !== 200) throw new Error(`${method} ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
-    return reply.body;
-  };
+  const ok = okApi(api);
   const scripts = app.broker.ctx.scripts;
   const run = scripts.run.bind(scripts);
   const ran = { pulls: 0 };

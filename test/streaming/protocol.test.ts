@@ -26,7 +26,7 @@ import { buildApp } from '../../src/app.ts';
 import { ManualClock, type Clock } from '../../src/broker/clock.ts';
 import type { Authentication } from '../../src/auth/authentication.ts';
 import { ALICE_TOKEN, bearer, tokenAuthentication } from '../helpers/auth.ts';
-import { b64, unb64 } from '../helpers/app.ts';
+import { b64, okApi, unb64 } from '../helpers/app.ts';
 import { redisTargets, uniquePrefix, type RedisTarget } from '../helpers/redis.ts';
 import { waitUntil } from '../helpers/wait.ts';
 import { ackIdsOf, hasMessages, isHeartbeat, sleep, StreamClient, takeFromAny, type ReceivedMessage } from './_ws.ts';
@@ -81,12 +81,7 @@ async function openBroker(t: Test, options: BrokerOptions = {}) {
     });
     return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : undefined };
   };
-  const ok = async (method: string, url: string, body?: unknown) => {
-    const reply = await api(method, url, body);
-    if (reply.status !== 200)
-      throw new Error(`${method} ${url} answered ${reply.status} ${JSON.stringify(reply.body)}`);
-    return reply.body;
-  };
+  const ok = okApi(api);
   const topic = async (id: string) => ok('PUT', `/v1/projects/${P}/topics/${id}`, {});
   const subscription = async (id: string, topicId: string, extra: Record<string, unknown> = {}) =>
     ok('PUT', `/v1/projects/${P}/subscriptions/${id}`, { topic: `projects/${P}/topics/${topicId}`, ...extra });
