@@ -46,16 +46,29 @@ export function limitBodiesInFlight(app: FastifyInstance, maxBytes: number): voi
     ),
   );
   app.decorateRequest('leaveBodyBudget', null);
-  app.addHook('onRequest', async (request) => {
+  // Hooks that call back rather than return a promise: they run on every request.
+  app.addHook('onRequest', (request, _reply, done) => {
     const declared = Number(request.headers['content-length'] ?? 0);
     const chunked = request.headers['transfer-encoding'] !== undefined;
     const limit = request.routeOptions.bodyLimit ?? DEFAULT_BODY_LIMIT;
     const size = Math.min(limit, chunked ? limit : Number.isFinite(declared) ? declared : limit);
-    if (size <= 0) return;
-    request.leaveBodyBudget = budget.enter(size);
+    if (size > 0) {
+      try {
+        request.leaveBodyBudget = budget.enter(size);
+      } catch (error) {
+        done(error as Error);
+        return;
+      }
+    }
+    done();
   });
-  const leave = async (request: { leaveBodyBudget: (() => void) | null }) => request.leaveBodyBudget?.();
-  app.addHook('onResponse', leave);
+  app.addHook('onResponse', (request, _reply, done) => {
+    request.leaveBodyBudget?.();
+    done();
+  });
   // A client that goes away before its answer (its body unfinished, say) gets none.
-  app.addHook('onRequestAbort', leave);
+  app.addHook('onRequestAbort', (request, done) => {
+    request.leaveBodyBudget?.();
+    done();
+  });
 }
