@@ -80,32 +80,28 @@ export class BulkStrings {
     const indexFields = indexWidth !== undefined;
     let room = 0;
     for (const length of lengths) room += length + 16 + 5 + (indexFields ? Math.max(indexWidth, 16) + 16 + 5 : 0);
-    this.#allocation = Buffer.allocUnsafe(LEADING_ROOM + room);
-    const bytes = this.#allocation.subarray(LEADING_ROOM);
-    let used = 0;
-    const writeHeader = (length: number) => {
-      bytes[used++] = DOLLAR;
-      used = writeDigits(bytes, used, length);
-      bytes[used++] = CR;
-      bytes[used++] = LF;
-    };
-    lengths.forEach((length, index) => {
+    // Written in place in the allocation, then one view of it (a view costs about as much as
+    // the rest of a small one's making).
+    const allocation = Buffer.allocUnsafe(LEADING_ROOM + room);
+    let used = LEADING_ROOM;
+    for (let index = 0; index < lengths.length; index++) {
       if (indexFields) {
         // The index, zero-padded, written byte by byte (no string, no native call per field).
         const digits = digitCount(index);
-        writeHeader(Math.max(indexWidth, digits));
-        for (let zeros = indexWidth - digits; zeros > 0; zeros--) bytes[used++] = ZERO;
-        used = writeDigits(bytes, used, index);
-        bytes[used++] = CR;
-        bytes[used++] = LF;
+        used = writeBulkHeader(allocation, used, Math.max(indexWidth, digits));
+        for (let zeros = indexWidth - digits; zeros > 0; zeros--) allocation[used++] = ZERO;
+        used = writeDigits(allocation, used, index);
+        allocation[used++] = CR;
+        allocation[used++] = LF;
       }
-      writeHeader(length);
-      this.starts.push(used);
-      used += length;
-      bytes[used++] = CR;
-      bytes[used++] = LF;
-    });
-    this.bytes = bytes.subarray(0, used);
+      used = writeBulkHeader(allocation, used, lengths[index]);
+      this.starts.push(used - LEADING_ROOM);
+      used += lengths[index];
+      allocation[used++] = CR;
+      allocation[used++] = LF;
+    }
+    this.#allocation = allocation;
+    this.bytes = allocation.subarray(LEADING_ROOM, used);
     this.bulkCount = lengths.length * (indexFields ? 2 : 1);
   }
 
@@ -152,6 +148,15 @@ function digitCount(value: number): number {
   let digits = 1;
   for (let rest = value; rest >= 10; rest = Math.floor(rest / 10)) digits++;
   return digits;
+}
+
+/** Writes a bulk string's header (`$<length>\r\n`) at `offset`; returns the offset after it. */
+function writeBulkHeader(bytes: Buffer, offset: number, length: number): number {
+  bytes[offset] = DOLLAR;
+  const end = writeDigits(bytes, offset + 1, length);
+  bytes[end] = CR;
+  bytes[end + 1] = LF;
+  return end + 2;
 }
 
 /** Writes a non-negative integer's decimal digits at `offset`; returns the offset after them. */
