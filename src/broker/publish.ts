@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, invalidArgument, notFound, unavailable } from '../errors.ts';
-import { type PublishCall, type PublishResult, publish } from '../redis/calls/publish.ts';
+import { PublishBatches } from '../redis/calls/publish-batch.ts';
+import type { PublishCall, PublishResult } from '../redis/calls/publish.ts';
 import type { ClockReading } from './clock.ts';
 import type { BrokerMetrics } from './metrics.ts';
 import { parseFilter, type SubscriptionFilter } from './filter.ts';
@@ -50,9 +51,13 @@ export interface Stored {
 /**
  * How publishes reach Redis (Publisher.storeTogether): a script that answers each publish's
  * result in order (when one refuses, nothing is stored), or something of its own instead, which
- * ends the call.
+ * ends the call. `sentAlike` is the same object for every call made against the same attached
+ * subscriptions of the incarnation: calls with the same KEYS (PublishBatches).
  */
-export type StorePublishes<Other extends object> = (calls: PublishCall[]) => Promise<PublishResult[] | Other>;
+export type StorePublishes<Other extends object> = (
+  calls: PublishCall[],
+  sentAlike: object,
+) => Promise<PublishResult[] | Other>;
 
 interface Attachments {
   version: string;
@@ -75,6 +80,8 @@ export class Publisher {
   /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
   private readonly attachments = new Map<string, Attachments>();
   private readonly rememberedTopics: RememberedTopics;
+  /** Per region: the publishes of one turn to one topic incarnation, sent as one script. */
+  private readonly batches = new Map<string, PublishBatches>();
 
   constructor(
     private readonly regions: Regions,
@@ -173,11 +180,13 @@ export class Publisher {
   ): Promise<{ kind: 'stored'; messageIds: string[] } | { kind: 'topic-deleted' | 'forwarded-before' }> {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
+    let batches = this.batches.get(region.name);
+    if (!batches) this.batches.set(region.name, (batches = new PublishBatches(ctx.scripts)));
     const stored = await this.storeGroups<never>(
       record,
       region,
       [{ packed, published }],
-      async ([call]) => [await publish(ctx.scripts, data, call)],
+      async ([call], sentAlike) => [await batches.publish(data, call, sentAlike)],
       forwardId,
     );
     return stored.kind === 'stored' ? { kind: 'stored', messageIds: stored.messageIds[0] } : stored;
@@ -199,7 +208,8 @@ export class Publisher {
     const data = ctx.keys.topicData(record.uid);
     const wakeChannel = ctx.keys.wakeChannel(record.uid);
     const cacheKey = `${region.name}/${record.uid}`;
-    const stagingKeys = groups.map(() => data.staging(randomUUID()));
+    // A publish whose bodies are in the call names a staging key all the same, which it never touches.
+    const stagingKeys = groups.map(({ packed }) => data.staging(packed.staged ? randomUUID() : 'unused'));
     let refusal: ClockReading | undefined;
     for (let refusedStamps = 0; ; ) {
       const attachments = this.attachments.get(cacheKey) ?? (await this.readAttachments(region, record.uid));
@@ -223,7 +233,7 @@ export class Publisher {
           scheduled: scheduledMessages(published.deliveries, publishTimeUs),
         };
       });
-      const results = await store(calls);
+      const results = await store(calls, attachments);
       if (!Array.isArray(results)) return results;
       const result = results.find((each) => each.kind !== 'published') ?? results[0];
       if (result.kind === 'topic-deleted' || result.kind === 'forwarded-before') return { kind: result.kind };

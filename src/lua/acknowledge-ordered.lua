@@ -38,7 +38,7 @@ mark_active(config_key, now)
 -- walks the front of each key's range (only the front is ever acked there).
 local results = {}
 local woke = false
-argv_chunks(3, function(members)
+in_chunks(ARGV, 3, function(members)
   local deadlines = redis.call('ZMSCORE', leased_key, unpack(members))
   local ending, ending_seqs = {}, {}
   for i, member in ipairs(members) do

@@ -25,7 +25,7 @@ if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 
 local results = {}
-argv_chunks(2, function(members)
+in_chunks(ARGV, 2, function(members)
   local deadlines = redis.call('ZMSCORE', leased_key, unpack(members))
   local ended, seqs = {}, {}
   for i, member in ipairs(members) do

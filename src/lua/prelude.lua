@@ -31,6 +31,19 @@ local function now_us(override)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- Wake-ups of a publish's listeners (the broker's leasers, src/broker/leaser.ts): `wake` PUBLISHes
+-- on the channel how many new messages there are, at once, unless a script gathers them in
+-- gathered_wakes (channel -> count) to send once per channel at its end (publish-batch.lua).
+local gathered_wakes
+
+local function wake(channel, count)
+  if gathered_wakes then
+    gathered_wakes[channel] = (gathered_wakes[channel] or 0) + count
+  else
+    redis.call('PUBLISH', channel, count)
+  end
+end
+
 -- How far a publish time may lie behind and ahead of the publish script's clock (publish.lua):
 -- no message is stamped later than STAMP_MAX_AHEAD_US after the time it was stored.
 local STAMP_MAX_BEHIND_US, STAMP_MAX_AHEAD_US = 10000000, 1000000
@@ -240,11 +253,6 @@ local function in_chunks(list, first, fn)
     for i = start, math.min(start + 999, #list) do chunk[#chunk + 1] = list[i] end
     fn(chunk)
   end
-end
-
--- in_chunks of ARGV[first..].
-local function argv_chunks(first, fn)
-  in_chunks(ARGV, first, fn)
 end
 
 -- Gives each of the seqs one more body reference (a missing refs entry means one already).

@@ -451,5 +451,5 @@ for s = 1, subscriptions do
     if #now_ready > 0 then redis.call('RPUSH', ready_key, unpack(now_ready)) end
   end
 end
-redis.call('PUBLISH', ARGV[4], count - duplicates)
+wake(ARGV[4], count - duplicates)
 return reply

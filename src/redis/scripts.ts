@@ -46,6 +46,7 @@ export const SCRIPT_NAMES = [
   'count-backlog',
   'index-holds',
   'acknowledge-and-publish',
+  'publish-batch',
 ] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 
@@ -58,12 +59,15 @@ export function listScriptFiles(): string[] {
 }
 
 /**
- * Scripts that run others as steps, and those steps: each step's source, prelude and all, goes
- * ahead of the script as a function `step_<name>(KEYS, ARGV)`, whose parameters stand for the
- * globals the step reads, so that it does exactly what it does alone on the KEYS and ARGV given.
+ * Scripts that run others as steps, and those steps: each step's source goes ahead of the script
+ * as a function `step_<name>(KEYS, ARGV)`, whose parameters stand for the globals the step reads,
+ * so that it does exactly what it does alone on the KEYS and ARGV given. The prelude definitions
+ * the steps use are the script's, made once per call however many times a step runs (a
+ * definition that reads KEYS or ARGV itself would read the script's, so none may be used).
  */
 const STEPS: Partial<Record<ScriptName, readonly ScriptName[]>> = {
   'acknowledge-and-publish': ['publish', 'acknowledge', 'acknowledge-ordered'],
+  'publish-batch': ['publish'],
 };
 
 /** How long a staging hash outlives a publish whose script never ran (see runStaged). */
@@ -82,14 +86,17 @@ let scriptSources: Map<ScriptName, string> | undefined;
 function loadScriptSources(): Map<ScriptName, string> {
   if (!scriptSources) {
     const prelude = readFileSync(`${LUA_DIR}${PRELUDE_FILE}`, 'utf8');
-    const withPrelude = (source: string) => `${preludeFor(prelude, source)}\n${source}`;
     const step = (name: ScriptName) =>
-      `local function step_${name.replaceAll('-', '_')}(KEYS, ARGV)\n${withPrelude(readScriptSource(name))}\nend\n`;
+      `local function step_${name.replaceAll('-', '_')}(KEYS, ARGV)\n${readScriptSource(name)}\nend\n`;
     scriptSources = new Map(
-      SCRIPT_NAMES.map((name) => [
-        name,
-        withPrelude(`${(STEPS[name] ?? []).map(step).join('')}${readScriptSource(name)}`),
-      ]),
+      SCRIPT_NAMES.map((name) => {
+        const source = `${(STEPS[name] ?? []).map(step).join('')}${readScriptSource(name)}`;
+        const definitions = preludeFor(prelude, source);
+        if (STEPS[name] && /\b(KEYS|ARGV)\b/.test(definitions)) {
+          throw new Error(`${name}: its steps use a prelude definition that reads KEYS or ARGV`);
+        }
+        return [name, `${definitions}\n${source}`];
+      }),
     );
   }
   return scriptSources;

@@ -49,6 +49,7 @@ import {
 import { acknowledgeAndPublish } from '../../src/redis/calls/ack-and-publish.ts';
 import { countBacklog, indexHolds, readBacklog } from '../../src/redis/calls/backlog.ts';
 import { type PublishCall, publish, STAGED_BODIES_MISSING } from '../../src/redis/calls/publish.ts';
+import { PublishBatches } from '../../src/redis/calls/publish-batch.ts';
 import { createSnapshot, dropSnapshot, expireLog, markLog, seek, settleLog } from '../../src/redis/calls/retention.ts';
 import { Keys } from '../../src/redis/keys.ts';
 import { SCRIPT_NAMES, type ScriptName, Scripts, listScriptFiles } from '../../src/redis/scripts.ts';
@@ -356,6 +357,22 @@ const wrapperCases: WrapperCase[] = [
     moreKeys: 2 * 6, // six per attached subscription
     moreArgv: 1 + 2, // no scheduled message (ARGV[13 + 2k]: 0), the bodies
     call: (scripts) => publish(scripts, data, publishCall(false, twoSubscriptions)),
+  },
+  {
+    what: 'publish-batch: two publishes sent alike, two subscriptions',
+    reply: [published, published],
+    moreKeys: 10 + 2 * 6, // publish.lua's KEYS, once: ten, and six per attached subscription
+    // Per publish, its ARGV count and its 13 ARGV (no idempotency key, no scheduled message); the
+    // bodies (2 each).
+    moreArgv: 2 * (1 + 13) + 2 * 2,
+    call: (scripts) => {
+      const batches = new PublishBatches(scripts);
+      const sentAlike = {};
+      return Promise.all([
+        batches.publish(data, publishCall(false, twoSubscriptions), sentAlike),
+        batches.publish(data, publishCall(false, twoSubscriptions), sentAlike),
+      ]);
+    },
   },
   {
     what: 'publish, staged bodies, two subscriptions',

@@ -84,6 +84,11 @@ export const STAGED_BODIES_MISSING = 'the staged bodies are not all there';
  * are staged): for this wrapper and for scripts that run publish.lua as a step.
  */
 export function publishArguments(data: TopicKeys, call: PublishCall): { keys: string[]; args: string[] } {
+  return { keys: publishKeys(data, call), args: publishArgumentsBeforeBodies(call) };
+}
+
+/** publish.lua's KEYS. */
+export function publishKeys(data: TopicKeys, call: PublishCall): string[] {
   const keys = [
     data.state,
     data.bodies,
@@ -96,13 +101,21 @@ export function publishArguments(data: TopicKeys, call: PublishCall): { keys: st
     data.idempotencyTimes,
     data.scheduled,
   ];
+  const scheduling = (call.scheduled?.length ?? 0) > 0;
+  for (const { uid } of call.subscriptions) {
+    const sub = data.subscription(uid);
+    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections, sub.holds, sub.holdBlocks);
+    if (scheduling) keys.push(sub.config, sub.delayed, sub.keyedDeliveries);
+  }
+  return keys;
+}
+
+/** publish.lua's ARGV up to the bodies. */
+export function publishArgumentsBeforeBodies(call: PublishCall): string[] {
   const scheduled = call.scheduled ?? [];
   let orderedFlags = '';
   let selections = '';
-  for (const { uid, ordered, takes } of call.subscriptions) {
-    const sub = data.subscription(uid);
-    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections, sub.holds, sub.holdBlocks);
-    if (scheduled.length > 0) keys.push(sub.config, sub.delayed, sub.keyedDeliveries);
+  for (const { ordered, takes } of call.subscriptions) {
     orderedFlags += ordered ? '1' : '0';
     selections += takes ?? '*';
   }
@@ -131,7 +144,7 @@ export function publishArguments(data: TopicKeys, call: PublishCall): { keys: st
     else runs.push(String(index + 1), String(index + 1), String(dueUs));
   }
   args.push(String(keyedMessages.length / 2), ...keyedMessages, String(runs.length / 3), ...runs);
-  return { keys, args };
+  return args;
 }
 
 /**

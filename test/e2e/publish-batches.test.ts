@@ -1,0 +1,177 @@
+// Publishes to one topic incarnation sent in the same turn of the event loop go to Redis as one
+// script (src/redis/calls/publish-batch.ts, publish-batch.lua), each stored as it would be alone.
+// On standalone and cluster:
+//   - many concurrent one-message publishes take fewer scripts than publishes, each answers its
+//     own message ID, and each message is stored once under that ID with its own data;
+//   - their wake-up is one PUBLISH per batch, of the sum of the new messages, and a waiting pull
+//     is woken by it;
+//   - a publish of a batch that its step refuses (a stale publish time) is refused alone: the
+//     others of the batch are stored.
+// And without Redis: an error one step answers rejects that publish only.
+import t from 'tap';
+import { buildApp } from '../../src/app.ts';
+import { stampMessages } from '../../src/broker/message-codec.ts';
+import { resourceName } from '../../src/broker/names.ts';
+import { packChecked } from '../../src/broker/publish-request.ts';
+import { PublishBatches } from '../../src/redis/calls/publish-batch.ts';
+import type { PublishCall } from '../../src/redis/calls/publish.ts';
+import { REPLY_OK } from '../../src/redis/calls/codes.ts';
+import { Keys } from '../../src/redis/keys.ts';
+import { Scripts } from '../../src/redis/scripts.ts';
+import { b64, jsonApi, okApi, unb64 } from '../helpers/app.ts';
+import { redisTargets, uniquePrefix, type RedisTarget } from '../helpers/redis.ts';
+import { watchScripts } from '../helpers/script-calls.ts';
+import { waitUntil } from '../helpers/wait.ts';
+import { caller } from '../helpers/work-subscription.ts';
+import type { Test } from 'tap';
+
+const P = '/v1/projects/p';
+const TOPIC = resourceName('topics', 'p', 'orders');
+
+/** A broker with the topic 'orders' and its subscription 'all'. */
+async function ordersBroker(t: Test, target: RedisTarget) {
+  const redis = target.connect();
+  const app = await buildApp({ redis, keyPrefix: uniquePrefix('publish-batches'), pullWaitMs: 10_000 });
+  t.teardown(async () => {
+    await app.close();
+    redis.disconnect();
+  });
+  const api = okApi(jsonApi(app));
+  await api('PUT', `${P}/topics/orders`, {});
+  await api('PUT', `${P}/subscriptions/all`, { topic: 'projects/p/topics/orders', ackDeadlineSeconds: 600 });
+  return { app, api };
+}
+
+for (const target of redisTargets()) {
+  t.test(`${target.name}: concurrent publishes share scripts, each stored once under its own ID`, async (t) => {
+    const { app, api } = await ordersBroker(t, target);
+    const record = await app.broker.topics.read(TOPIC);
+    const wakes: number[] = [];
+    const listener = target.connect();
+    t.teardown(() => listener.disconnect());
+    listener.on('message', (_channel: string, count: string) => wakes.push(Number(count)));
+    await listener.subscribe(app.broker.ctx.keys.wakeChannel(record.uid));
+
+    // A first publish reads the topic's record and attached subscriptions, which the others use.
+    await app.broker.delivery.publish(caller(), TOPIC, { messages: [{ data: Buffer.from('first') }] });
+    const first = await api('POST', `${P}/subscriptions/all:pull`, { maxMessages: 10, returnImmediately: true });
+    t.equal(first.receivedMessages.length, 1);
+    wakes.length = 0;
+
+    // A pull waiting for messages, woken by the batch.
+    const waiting = api('POST', `${P}/subscriptions/all:pull`, { maxMessages: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    const texts = Array.from({ length: 40 }, (_, i) => `message ${i}`);
+    const watch = watchScripts();
+    const answers = await Promise.all(
+      texts.map((text) => app.broker.delivery.publish(caller(), TOPIC, { messages: [{ data: Buffer.from(text) }] })),
+    );
+    const publishScripts = watch.scripts.filter((name) => name === 'publish' || name === 'publish-batch');
+    watch.stop();
+    // All were sent in one turn (a reading of the Redis clock due meanwhile may split them).
+    t.ok(publishScripts.length <= 2, `${publishScripts.length} scripts for ${texts.length} publishes`);
+    t.ok(publishScripts.includes('publish-batch'), 'publishes went together');
+
+    const ids = answers.map(({ messageIds }) => {
+      t.equal(messageIds.length, 1);
+      return messageIds[0];
+    });
+    t.equal(new Set(ids).size, ids.length, 'each publish has its own message ID');
+
+    const woken = (await waiting).receivedMessages ?? [];
+    t.equal(woken.length, 1, 'the waiting pull was woken');
+    const pulled = await api('POST', `${P}/subscriptions/all:pull`, { maxMessages: 100, returnImmediately: true });
+    const received = [...woken, ...(pulled.receivedMessages ?? [])];
+    const dataById = new Map(received.map((m: any) => [m.message.messageId, unb64(m.message.data)]));
+    t.equal(received.length, texts.length, 'every message stored once');
+    t.same(
+      ids.map((id) => dataById.get(id)),
+      texts,
+      "each publish's message ID names its own data",
+    );
+
+    t.ok(
+      await waitUntil(() => wakes.reduce((sum, n) => sum + n, 0) === texts.length, 5_000),
+      'wake-ups count them all',
+    );
+    t.ok(wakes.length <= publishScripts.length, `${wakes.length} wake-ups, one per script at most`);
+  });
+
+  t.test(`${target.name}: a publish its step refuses is refused alone`, async (t) => {
+    const { app, api } = await ordersBroker(t, target);
+    const { ctx } = app.broker;
+    const record = await app.broker.topics.read(TOPIC);
+    const data = ctx.keys.topicData(record.uid);
+    const [version, attached] = await Promise.all([
+      ctx.redis.hget(data.state, 'attachVersion'),
+      ctx.redis.hgetall(data.attached),
+    ]);
+    const nowUs = await ctx.publishClock.stampUs();
+    const call = (text: string, publishTimeUs: number): PublishCall => {
+      const { bodies } = packChecked([{ data: Buffer.from(text) }], Number.POSITIVE_INFINITY);
+      stampMessages(bodies, publishTimeUs);
+      return {
+        time: '',
+        publishTimeUs,
+        attachVersion: version ?? '0',
+        wakeChannel: ctx.keys.wakeChannel(record.uid),
+        orderingKey: '',
+        subscriptions: Object.entries(attached).map(([uid, value]) => ({ uid, ordered: value[0] === '1' })),
+        bodies,
+        staged: false,
+        stagingKey: data.staging('unused'),
+      };
+    };
+    const batches = new PublishBatches(ctx.scripts);
+    const sentAlike = {};
+    const watch = watchScripts();
+    const results = await Promise.all([
+      batches.publish(data, call('first', nowUs), sentAlike),
+      batches.publish(data, call('stale', nowUs - 60_000_000), sentAlike),
+      batches.publish(data, call('last', nowUs), sentAlike),
+    ]);
+    watch.stop();
+    t.same(watch.scripts, ['publish-batch'], 'one script');
+    t.same(
+      results.map(({ kind }) => kind),
+      ['published', 'stamp-refused', 'published'],
+    );
+    const pulled = await api('POST', `${P}/subscriptions/all:pull`, { maxMessages: 10, returnImmediately: true });
+    t.same(
+      (pulled.receivedMessages ?? []).map((m: any) => unb64(m.message.data)).sort(),
+      ['first', 'last'],
+      'the others of the batch are stored',
+    );
+  });
+}
+
+t.test('an error one step answers rejects that publish only', async (t) => {
+  const scripts = Object.assign(Object.create(Scripts.prototype) as Scripts, {
+    runEncoded: async () => [[REPLY_OK, 1000, 5], new Error('publish: something went wrong')],
+  });
+  const data = new Keys('ps').topicData('0123456789abcdef');
+  const call = (): PublishCall => ({
+    time: '',
+    publishTimeUs: 5,
+    attachVersion: '1',
+    wakeChannel: 'wake',
+    orderingKey: '',
+    subscriptions: [],
+    bodies: packChecked([{ data: Buffer.from(b64('x')) }], Number.POSITIVE_INFINITY).bodies,
+    staged: false,
+    stagingKey: data.staging('unused'),
+  });
+  const batches = new PublishBatches(scripts);
+  const sentAlike = {};
+  const [stored, failed] = await Promise.allSettled([
+    batches.publish(data, call(), sentAlike),
+    batches.publish(data, call(), sentAlike),
+  ]);
+  t.same(stored, {
+    status: 'fulfilled',
+    value: { kind: 'published', firstSeq: 1000, redisTimeUs: 5, duplicates: new Map() },
+  });
+  t.equal(failed.status, 'rejected');
+  t.match((failed as PromiseRejectedResult).reason, { message: 'publish: something went wrong' });
+});
