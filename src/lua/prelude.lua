@@ -180,13 +180,47 @@ local function splice_flags(flags, first, count, flag)
   return string.sub(flags, 1, first - 1) .. string.rep(flag, count) .. string.sub(flags, first + count)
 end
 
+-- Runs of holds a script gathers to write once per block at its end (publish-batch.lua: the
+-- publishes of a batch mostly take consecutive seqs of one block): a list of { holds, block,
+-- runs = { {first, count}, ... } }, and by holds.flags and block, its entry. nil: written at once.
+local gathered_holds
+
 -- Holds the `count` consecutive seqs from `first_seq` (a number) on, all of one block: what a
 -- publish gives a subscription that takes all of it, without a step per message.
 local function hold_run(holds, first_seq, count)
   local block = math.floor(first_seq / SEQS_PER_BLOCK)
-  edit_holds(holds, block, '1', function(flags)
-    return splice_flags(flags, first_seq - block * SEQS_PER_BLOCK + 1, count, '1')
-  end)
+  local first = first_seq - block * SEQS_PER_BLOCK + 1
+  if gathered_holds then
+    local id = holds.flags .. ' ' .. block
+    local entry = gathered_holds[id]
+    if not entry then
+      entry = { holds = holds, block = block, runs = {} }
+      gathered_holds[id] = entry
+      gathered_holds[#gathered_holds + 1] = entry
+    end
+    entry.runs[#entry.runs + 1] = { first, count }
+    return
+  end
+  edit_holds(holds, block, '1', function(flags) return splice_flags(flags, first, count, '1') end)
+end
+
+-- Writes the runs gathered in gathered_holds: one edit per block, consecutive runs as one.
+local function write_gathered_holds()
+  for _, entry in ipairs(gathered_holds) do
+    edit_holds(entry.holds, entry.block, '1', function(flags)
+      local first, count = entry.runs[1][1], entry.runs[1][2]
+      for i = 2, #entry.runs + 1 do
+        local run = entry.runs[i]
+        if run and run[1] == first + count then
+          count = count + run[2]
+        else
+          flags = splice_flags(flags, first, count, '1')
+          if run then first, count = run[1], run[2] end
+        end
+      end
+      return flags
+    end)
+  end
 end
 
 -- Sets the flag of each of the seqs (decimal strings). They are grouped by arithmetic, not by

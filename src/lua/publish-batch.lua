@@ -18,8 +18,10 @@
   Invariant: each publish is stored or refused exactly as publish.lua alone would store or refuse
              it, run at the script's time (one reading of the clock for all, unless the broker
              passed a time): a refusal writes nothing, so it leaves the publishes after it as they
-             would be without it, and nothing runs between the steps. The wake channel gets one
-             PUBLISH per batch, of the sum of the counts each publish would have sent alone.
+             would be without it, and nothing runs between the steps. Only publishes write holds
+             flags, so writing each block's once after the last step leaves them as the steps
+             would have; the wake channel gets one PUBLISH per batch, of the sum of the counts
+             each publish would have sent alone.
 ]]
 local publishes = tonumber(ARGV[1])
 local steps, at = {}, 2
@@ -38,13 +40,15 @@ if at ~= #ARGV + 1 then
   return redis.error_reply('publish-batch: ARGV does not hold the bodies its publishes count')
 end
 
--- One reading of the clock, and one wake-up per channel for all of them.
+-- One reading of the clock for all of them, each block's holds flags written once, and one
+-- wake-up per channel.
 local time = string.format('%.0f', now_us(''))
-gathered_wakes = {}
+gathered_wakes, gathered_holds = {}, {}
 local replies = {}
 for p, args in ipairs(steps) do
   if args[1] == '' then args[1] = time end
   replies[p] = step_publish(KEYS, args)
 end
+write_gathered_holds()
 for channel, count in pairs(gathered_wakes) do redis.call('PUBLISH', channel, count) end
 return replies

@@ -3,6 +3,7 @@
 // On standalone and cluster:
 //   - many concurrent one-message publishes take fewer scripts than publishes, each answers its
 //     own message ID, and each message is stored once under that ID with its own data;
+//   - the holds flags they leave are those publishes one by one would leave;
 //   - their wake-up is one PUBLISH per batch, of the sum of the new messages, and a waiting pull
 //     is woken by it;
 //   - a publish of a batch that its step refuses (a stale publish time) is refused alone: the
@@ -78,6 +79,28 @@ for (const target of redisTargets()) {
       return messageIds[0];
     });
     t.equal(new Set(ids).size, ids.length, 'each publish has its own message ID');
+
+    // The holds flags are as publishes one by one would have left them: one per message held.
+    const data = app.broker.ctx.keys.topicData(record.uid);
+    const [subscriptionUid] = Object.keys(await app.broker.ctx.redis.hgetall(data.attached));
+    const holds = data.subscription(subscriptionUid);
+    const flags = await app.broker.ctx.redis.hgetall(holds.holds);
+    const held = (id: string) => flags[String(Math.floor(Number(id) / 1000))]?.[Number(id) % 1000];
+    t.same(
+      ids.map(held),
+      ids.map(() => '1'),
+      'every message held',
+    );
+    t.equal(
+      Object.values(flags).reduce((sum, blockFlags) => sum + blockFlags.replaceAll('0', '').length, 0),
+      texts.length + 1,
+      'and nothing else (but the first message)',
+    );
+    t.same(
+      (await app.broker.ctx.redis.zrange(holds.holdBlocks, 0, -1)).sort(),
+      Object.keys(flags).sort(),
+      'every block with holds indexed',
+    );
 
     const woken = (await waiting).receivedMessages ?? [];
     t.equal(woken.length, 1, 'the waiting pull was woken');
