@@ -6,6 +6,8 @@
 //   - the holds flags they leave are those publishes one by one would leave;
 //   - their wake-up is one PUBLISH per batch, of the sum of the new messages, and a waiting pull
 //     is woken by it;
+//   - publishes alike but for their messages are joined into one publish; others (ordering keys,
+//     idempotency keys) share the script as steps of their own, each stored as it would be alone;
 //   - a publish of a batch that its step refuses (a stale publish time) is refused alone: the
 //     others of the batch are stored.
 // And without Redis: an error one step answers rejects that publish only.
@@ -70,9 +72,9 @@ for (const target of redisTargets()) {
     );
     const publishScripts = watch.scripts.filter((name) => name === 'publish' || name === 'publish-batch');
     watch.stop();
-    // All were sent in one turn (a reading of the Redis clock due meanwhile may split them).
+    // All were sent in one turn (a reading of the Redis clock due meanwhile may split them), and
+    // alike but for their messages, as one publish of all of them.
     t.ok(publishScripts.length <= 2, `${publishScripts.length} scripts for ${texts.length} publishes`);
-    t.ok(publishScripts.includes('publish-batch'), 'publishes went together');
 
     const ids = answers.map(({ messageIds }) => {
       t.equal(messageIds.length, 1);
@@ -121,6 +123,62 @@ for (const target of redisTargets()) {
     t.ok(wakes.length <= publishScripts.length, `${wakes.length} wake-ups, one per script at most`);
   });
 
+  t.test(`${target.name}: publishes of all kinds in one batch, each stored as it would be alone`, async (t) => {
+    const { app, api } = await ordersBroker(t, target);
+    await api('PUT', `${P}/subscriptions/keyed`, { topic: 'projects/p/topics/orders', enableMessageOrdering: true });
+    await app.broker.delivery.publish(caller(), TOPIC, { messages: [{ data: Buffer.from('first') }] });
+    // Plain ones (joined), ordered ones of two keys, and ones with idempotency keys, one of them
+    // given twice: stored once, both answered with its ID.
+    const requests = [
+      { data: 'plain 1' },
+      { data: 'plain 2' },
+      { data: 'k1 a', orderingKey: 'k1' },
+      { data: 'k1 b', orderingKey: 'k1' },
+      { data: 'plain 3' },
+      { data: 'k2 a', orderingKey: 'k2' },
+      { data: 'once', idempotencyKey: 'same' },
+      { data: 'k1 c', orderingKey: 'k1' },
+      { data: 'once again', idempotencyKey: 'same' },
+      { data: 'plain 4' },
+    ];
+    const watch = watchScripts();
+    const answers = await Promise.all(
+      requests.map(({ data, ...rest }) =>
+        app.broker.delivery.publish(caller(), TOPIC, { messages: [{ data: Buffer.from(data), ...rest }] }),
+      ),
+    );
+    watch.stop();
+    t.same(watch.scripts, ['publish-batch'], 'one script');
+    const ids = answers.map(({ messageIds }) => messageIds[0]);
+    t.equal(ids[6], ids[8], 'the idempotency key given twice names one message');
+    t.equal(new Set(ids).size, requests.length - 1, 'every other publish has its own ID');
+
+    const all = await api('POST', `${P}/subscriptions/all:pull`, { maxMessages: 100, returnImmediately: true });
+    const byId = new Map(all.receivedMessages.map((m: any) => [m.message.messageId, m.message]));
+    t.equal(byId.size, requests.length, 'first, and each of the others once');
+    t.same(
+      ids.map((id) => unb64((byId.get(id) as any).data)),
+      requests.map(({ data }, i) => (i === 8 ? 'once' : data)),
+      "each publish's ID names its own data",
+    );
+    t.same(
+      ids.map((id) => (byId.get(id) as any).orderingKey ?? ''),
+      requests.map((request, i) => (i === 8 ? '' : (request.orderingKey ?? ''))),
+      'and its own ordering key',
+    );
+    // The ordered subscription gets each key's messages in publish order.
+    const keyed: string[] = [];
+    for (let round = 0; round < 20 && keyed.length < 3; round++) {
+      const pulled = await api('POST', `${P}/subscriptions/keyed:pull`, { maxMessages: 100, returnImmediately: true });
+      const messages = pulled.receivedMessages ?? [];
+      for (const m of messages) if (m.message.orderingKey === 'k1') keyed.push(unb64(m.message.data));
+      if (messages.length > 0) {
+        await api('POST', `${P}/subscriptions/keyed:acknowledge`, { ackIds: messages.map((m: any) => m.ackId) });
+      }
+    }
+    t.same(keyed, ['k1 a', 'k1 b', 'k1 c'], 'one key in order');
+  });
+
   t.test(`${target.name}: a publish its step refuses is refused alone`, async (t) => {
     const { app, api } = await ordersBroker(t, target);
     const { ctx } = app.broker;
@@ -149,10 +207,11 @@ for (const target of redisTargets()) {
     const batches = new PublishBatches(ctx.scripts);
     const sentAlike = {};
     const watch = watchScripts();
+    // Each with its own ordering key: none joins another.
     const results = await Promise.all([
-      batches.publish(data, call('first', nowUs), sentAlike),
-      batches.publish(data, call('stale', nowUs - 60_000_000), sentAlike),
-      batches.publish(data, call('last', nowUs), sentAlike),
+      batches.publish(data, { ...call('first', nowUs), orderingKey: 'a' }, sentAlike),
+      batches.publish(data, { ...call('stale', nowUs - 60_000_000), orderingKey: 'b' }, sentAlike),
+      batches.publish(data, { ...call('last', nowUs), orderingKey: 'c' }, sentAlike),
     ]);
     watch.stop();
     t.same(watch.scripts, ['publish-batch'], 'one script');
@@ -189,7 +248,7 @@ t.test('an error one step answers rejects that publish only', async (t) => {
   const sentAlike = {};
   const [stored, failed] = await Promise.allSettled([
     batches.publish(data, call(), sentAlike),
-    batches.publish(data, call(), sentAlike),
+    batches.publish(data, { ...call(), orderingKey: 'another' }, sentAlike),
   ]);
   t.same(stored, {
     status: 'fulfilled',

@@ -368,9 +368,10 @@ const wrapperCases: WrapperCase[] = [
     call: (scripts) => {
       const batches = new PublishBatches(scripts);
       const sentAlike = {};
+      // Of two ordering keys: each its own step.
       return Promise.all([
         batches.publish(data, publishCall(false, twoSubscriptions), sentAlike),
-        batches.publish(data, publishCall(false, twoSubscriptions), sentAlike),
+        batches.publish(data, { ...publishCall(false, twoSubscriptions), orderingKey: 'k' }, sentAlike),
       ]);
     },
   },

@@ -1,4 +1,6 @@
+import { stampMessages } from '../../broker/message-codec.ts';
 import { BulkStrings } from '../binary-command.ts';
+import { SEQS_PER_BLOCK } from '../keys.ts';
 import type { TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
 import { unexpectedReply } from './codes.ts';
@@ -37,6 +39,11 @@ interface Waiting {
  * sent from setImmediate, which runs once the turn's I/O callbacks are done, when the Redis
  * socket's writes of the turn leave too (coalesced-writes.ts); never on a timer.
  *
+ * Within a batch, consecutive publishes alike but for their messages are joined into one publish
+ * of all their messages (joinedSteps): one step instead of several, or no batch script at all. A
+ * refusal of the joined publish (which writes nothing) answers each of them, and each is then
+ * sent again as any refused publish is.
+ *
  * Only publishes sent alike are gathered: with bodies in the call, no message scheduled for later,
  * and the same KEYS: those whose caller passed the same `sentAlike` object, which it does for
  * publishes to one incarnation against the same attached subscriptions (publish.ts), and of one
@@ -71,16 +78,16 @@ export class PublishBatches {
   }
 
   private send(batch: Waiting[]): void {
-    if (batch.length === 1) {
-      const [{ data, call, resolve, reject }] = batch;
-      publish(this.scripts, data, call).then(resolve, reject);
-      return;
-    }
-    publishBatch(this.scripts, batch).then(
+    const steps = joinedSteps(batch);
+    const { data } = batch[0];
+    const sent =
+      steps.length === 1
+        ? publish(this.scripts, data, steps[0].call).then((result) => [result])
+        : publishBatch(this.scripts, data, steps);
+    sent.then(
       (results) => {
         results.forEach((result, i) => {
-          if (result instanceof Error) batch[i].reject(result);
-          else batch[i].resolve(result);
+          answerParts(steps[i], result);
         });
       },
       (error: unknown) => {
@@ -90,22 +97,106 @@ export class PublishBatches {
   }
 }
 
+/** One publish.lua step of a batch: its call, and the publishes it stores, from which message on. */
+interface Step {
+  call: PublishCall;
+  parts: { waiting: Waiting; first: number }[];
+}
+
+/**
+ * At most this many bytes of bodies are joined into one publish (a publish alone keeps its own
+ * size, up to the staging threshold).
+ */
+const MAX_JOINED_BYTES = 64 * 1024;
+
+/**
+ * The batch's publishes as steps: consecutive publishes that are alike but for their messages
+ * (the same ordering key, and none with an idempotency key, a filter's selection or a forward ID)
+ * are joined into one publish of all their messages, in order, which publish.lua stores as it
+ * would store them one after another: consecutive seqs, one reading of the state, one body write,
+ * one run of holds. The joined bodies carry the first one's publish time, the one the script
+ * checks.
+ */
+function joinedSteps(batch: readonly Waiting[]): Step[] {
+  const steps: Step[] = [];
+  let joining: { parts: Step['parts']; calls: PublishCall[]; count: number; bytes: number } | undefined;
+  const finish = () => {
+    if (!joining) return;
+    const [first] = joining.calls;
+    if (joining.calls.length === 1) {
+      steps.push({ call: first, parts: joining.parts });
+    } else {
+      const bodies = BulkStrings.joined(joining.calls.map((call) => call.bodies));
+      stampMessages(bodies, first.publishTimeUs);
+      steps.push({ call: { ...first, bodies, idempotencyKeys: [] }, parts: joining.parts });
+    }
+    joining = undefined;
+  };
+  for (const waiting of batch) {
+    const { call } = waiting;
+    if (!joinable(call)) {
+      finish();
+      steps.push({ call, parts: [{ waiting, first: 0 }] });
+      continue;
+    }
+    const bytes = call.bodies.bytes.length;
+    if (
+      joining &&
+      (call.orderingKey !== joining.calls[0].orderingKey ||
+        call.time !== joining.calls[0].time ||
+        joining.count + call.bodies.count > SEQS_PER_BLOCK ||
+        joining.bytes + bytes > MAX_JOINED_BYTES)
+    ) {
+      finish();
+    }
+    joining ??= { parts: [], calls: [], count: 0, bytes: 0 };
+    joining.parts.push({ waiting, first: joining.count });
+    joining.calls.push(call);
+    joining.count += call.bodies.count;
+    joining.bytes += bytes;
+  }
+  finish();
+  return steps;
+}
+
+/** A publish that may share a step with others (joinedSteps). */
+function joinable(call: PublishCall): boolean {
+  return (
+    call.forwardId === undefined &&
+    (call.idempotencyKeys ?? []).every((key) => key === '') &&
+    call.subscriptions.every(({ takes }) => takes === undefined)
+  );
+}
+
+/** Each publish of a step its part of the step's result: its own seqs, or the refusal they share. */
+function answerParts(step: Step, result: PublishResult | Error): void {
+  for (const { waiting, first } of step.parts) {
+    if (result instanceof Error) waiting.reject(result);
+    else if (result.kind !== 'published' || step.parts.length === 1) waiting.resolve(result);
+    else {
+      const { firstSeq, redisTimeUs } = result;
+      waiting.resolve({ kind: 'published', firstSeq: firstSeq + first, redisTimeUs, duplicates: new Map() });
+    }
+  }
+}
+
 /**
  * Runs publish-batch.lua: the publishes' ARGV up to the bodies, each after its count, then every
  * body. Per publish, its result, or the error its step answered.
  */
 async function publishBatch(
   scripts: Scripts,
-  batch: readonly Pick<Waiting, 'data' | 'call'>[],
+  data: TopicKeys,
+  steps: readonly Pick<Step, 'call'>[],
 ): Promise<(PublishResult | Error)[]> {
-  const args = [String(batch.length)];
-  for (const { call } of batch) {
+  const args = [String(steps.length)];
+  for (const { call } of steps) {
     const publishArgs = publishArgumentsBeforeBodies(call);
     args.push(String(publishArgs.length), ...publishArgs);
   }
-  const bodies = BulkStrings.joined(batch.map(({ call }) => call.bodies));
-  const keys = publishKeys(batch[0].data, batch[0].call);
+  const bodies = BulkStrings.joined(steps.map(({ call }) => call.bodies));
+  const keys = publishKeys(data, steps[0].call);
   const replies = await scripts.runEncoded('publish-batch', keys, args, bodies);
-  if (!Array.isArray(replies) || replies.length !== batch.length) throw unexpectedReply('publish-batch', replies);
+  if (!Array.isArray(replies) || replies.length !== steps.length) throw unexpectedReply('publish-batch', replies);
   return replies.map((reply) => (reply instanceof Error ? reply : publishResult(reply)));
 }
