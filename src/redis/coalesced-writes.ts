@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import type { Cluster, Redis } from 'ioredis';
 import type { RedisClient } from './client.ts';
+import { atTurnEnd } from './turn-end.ts';
 
 /**
  * Commands sent to Redis in one turn of the event loop leave in one write to its socket.
@@ -11,7 +12,8 @@ import type { RedisClient } from './client.ts';
  * small request costs: the kernel runs the receiving side's network stack in the writer's call,
  * and Redis wakes up once per command, reads it and answers it in a write of its own. Corking
  * the socket at the first write of a turn and uncorking it when the turn's I/O callbacks are done
- * (setImmediate runs after them) sends what those callbacks sent in one writev, which Redis
+ * (turn-end.ts, after the publishes gathered in the turn are sent) sends what those callbacks sent
+ * in one writev, which Redis
  * reads at once and answers in one write. A lone command waits only for the rest of its turn:
  * the callbacks already due, never a timer.
  *
@@ -45,7 +47,7 @@ function corkEachTurn(socket: Socket): void {
     if (!corked) {
       corked = true;
       socket.cork();
-      setImmediate(uncork);
+      atTurnEnd(uncork);
     }
     return write.apply(this, args);
   } as Socket['write'];

@@ -59,6 +59,8 @@ for (const target of redisTargets()) {
     await app.broker.delivery.publish(caller(), TOPIC, { messages: [{ data: Buffer.from('first') }] });
     const first = await api('POST', `${P}/subscriptions/all:pull`, { maxMessages: 10, returnImmediately: true });
     t.equal(first.receivedMessages.length, 1);
+    // Its wake-up is heard (on a cluster, through another node, perhaps later), then forgotten.
+    t.ok(await waitUntil(() => wakes.length > 0, 5_000), 'the first wake-up heard');
     wakes.length = 0;
 
     // A pull waiting for messages, woken by the batch.

@@ -1,6 +1,7 @@
 import { stampMessages } from '../../broker/message-codec.ts';
 import { BulkStrings } from '../binary-command.ts';
 import { SEQS_PER_BLOCK } from '../keys.ts';
+import { atTurnEnd } from '../turn-end.ts';
 import type { TopicKeys } from '../keys.ts';
 import type { Scripts } from '../scripts.ts';
 import { unexpectedReply } from './codes.ts';
@@ -36,8 +37,8 @@ interface Waiting {
  * call itself (its KEYS and ARGV made into Lua strings, the prelude's definitions, reading the
  * topic's state) and a command for the broker to write and parse. Gathered, the requests that
  * arrived together pay those once. A publish waits only for the rest of its turn: the batch is
- * sent from setImmediate, which runs once the turn's I/O callbacks are done, when the Redis
- * socket's writes of the turn leave too (coalesced-writes.ts); never on a timer.
+ * sent once the turn's I/O callbacks are done, just before the Redis socket's writes of the turn
+ * leave (turn-end.ts, coalesced-writes.ts); never on a timer.
  *
  * Within a batch, consecutive publishes alike but for their messages are joined into one publish
  * of all their messages (joinedSteps): one step instead of several, or no batch script at all. A
@@ -58,7 +59,7 @@ export class PublishBatches {
   publish(data: TopicKeys, call: PublishCall, sentAlike: object): Promise<PublishResult> {
     if (call.staged || (call.scheduled?.length ?? 0) > 0) return publish(this.scripts, data, call);
     return new Promise((resolve, reject) => {
-      if (this.waiting.size === 0) setImmediate(() => this.sendWaiting());
+      if (this.waiting.size === 0) atTurnEnd(() => this.sendWaiting());
       let batch = this.waiting.get(sentAlike);
       if (!batch) this.waiting.set(sentAlike, (batch = []));
       // Not of the batch's incarnation after all: by itself.
