@@ -13,6 +13,8 @@
  *   BENCH_METRICS_SUBSCRIPTIONS  subscriptions of the metrics workload (default 10000)
  *   BENCH_METRICS_TOPICS    the topics they are spread over (default 100)
  *   BENCH_ORDERING_KEYS     ordering keys of the ordered workload (default 1000)
+ *   BENCH_KEYS_ROUNDS       rounds of the keys workload, its two sides alternating; each reports
+ *                           its median round by Redis CPU per message (default 5)
  *   BENCH_STREAM_SUBSCRIBERS  streaming pull subscribers (WebSockets) of the streaming workload (default 4)
  *   BENCH_STREAM_MAX_OUTSTANDING  their maxOutstandingMessages (default 2000)
  *   BENCH_WAITERS_MESSAGES  messages of each streaming run of the waiters workload (default 20000)
@@ -78,6 +80,7 @@ export interface BenchConfig {
   warmupMessages: number;
   bullmqConcurrency: number;
   orderingKeys: number;
+  keysRounds: number;
   streamSubscribers: number;
   streamMaxOutstanding: number;
   waitersMessages: number;
@@ -138,6 +141,7 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     warmupMessages: positiveInt(env, 'BENCH_WARMUP', 20_000, 0),
     bullmqConcurrency: positiveInt(env, 'BENCH_BULLMQ_CONCURRENCY', 100),
     orderingKeys: positiveInt(env, 'BENCH_ORDERING_KEYS', 1000),
+    keysRounds: positiveInt(env, 'BENCH_KEYS_ROUNDS', 5),
     streamSubscribers: positiveInt(env, 'BENCH_STREAM_SUBSCRIBERS', 4),
     streamMaxOutstanding: positiveInt(env, 'BENCH_STREAM_MAX_OUTSTANDING', 2000),
     waitersMessages: positiveInt(env, 'BENCH_WAITERS_MESSAGES', 20_000),

@@ -153,6 +153,7 @@ const redisUsPerMessage = (results: BenchResults, key: string) => usPerMessage(r
 /** What keepMedianRound ranks rounds by. */
 const ROUND_FIGURES = {
   brokerUsPerMessage: { of: brokerUsPerMessage, digits: 1 },
+  redisUsPerMessage: { of: redisUsPerMessage, digits: 1 },
   msgPerSec: { of: (results: BenchResults, key: string) => rate(results, key), digits: 0 },
 } as const;
 
