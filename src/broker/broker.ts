@@ -1,4 +1,5 @@
 import type { RedisClient } from '../redis/client.ts';
+import { PublishBatches } from '../redis/calls/publish-batch.ts';
 import { Keys } from '../redis/keys.ts';
 import { Scripts } from '../redis/scripts.ts';
 import { ackIdCodecLoader } from './ack-id.ts';
@@ -145,7 +146,9 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
   const makeRegion = (name: string, redis: RedisClient, subscriber: RedisClient | undefined) => {
     if (!subscriber) ownSubscribers.push((subscriber = redis.duplicate()));
     const publishClock = new PublishClock(clock, () => redisTimeUs(redis));
-    const ctx: BrokerContext = { redis, keys, scripts: new Scripts(redis), clock, publishClock };
+    const scripts = new Scripts(redis);
+    const publishBatches = new PublishBatches(scripts);
+    const ctx: BrokerContext = { redis, keys, scripts, clock, publishClock, publishBatches };
     return new Region(name, ctx, new Wakeups(subscriber), multiRegion);
   };
   const regions = new Regions(

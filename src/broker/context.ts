@@ -1,3 +1,4 @@
+import type { PublishBatches } from '../redis/calls/publish-batch.ts';
 import type { Keys } from '../redis/keys.ts';
 import type { RedisClient } from '../redis/client.ts';
 import type { Scripts } from '../redis/scripts.ts';
@@ -11,4 +12,6 @@ export interface BrokerContext {
   clock: Clock;
   /** The publish time to stamp into messages stored on this Redis. */
   publishClock: PublishClock;
+  /** Publishes to this Redis, gathered per turn of the event loop into one script each. */
+  publishBatches: PublishBatches;
 }

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, invalidArgument, notFound, unavailable } from '../errors.ts';
-import { PublishBatches } from '../redis/calls/publish-batch.ts';
 import type { PublishCall, PublishResult } from '../redis/calls/publish.ts';
 import type { ClockReading } from './clock.ts';
 import type { BrokerMetrics } from './metrics.ts';
@@ -80,8 +79,6 @@ export class Publisher {
   /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
   private readonly attachments = new Map<string, Attachments>();
   private readonly rememberedTopics: RememberedTopics;
-  /** Per region: the publishes of one turn to one topic incarnation, sent as one script. */
-  private readonly batches = new Map<string, PublishBatches>();
 
   constructor(
     private readonly regions: Regions,
@@ -180,13 +177,11 @@ export class Publisher {
   ): Promise<{ kind: 'stored'; messageIds: string[] } | { kind: 'topic-deleted' | 'forwarded-before' }> {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.uid);
-    let batches = this.batches.get(region.name);
-    if (!batches) this.batches.set(region.name, (batches = new PublishBatches(ctx.scripts)));
     const stored = await this.storeGroups<never>(
       record,
       region,
       [{ packed, published }],
-      async ([call], sentAlike) => [await batches.publish(data, call, sentAlike)],
+      async ([call], sentAlike) => [await ctx.publishBatches.publish(data, call, sentAlike)],
       forwardId,
     );
     return stored.kind === 'stored' ? { kind: 'stored', messageIds: stored.messageIds[0] } : stored;

@@ -47,8 +47,8 @@ interface Waiting {
  *
  * Only publishes sent alike are gathered: with bodies in the call, no message scheduled for later,
  * and the same KEYS: those whose caller passed the same `sentAlike` object, which it does for
- * publishes to one incarnation against the same attached subscriptions (publish.ts), and of one
- * incarnation (checked). Any other is sent at once by itself.
+ * publishes to one incarnation against the same attached subscriptions (publish.ts). Any other is
+ * sent at once by itself.
  */
 export class PublishBatches {
   /** The publishes of this turn, by the object their caller passed as `sentAlike`. */
@@ -62,8 +62,6 @@ export class PublishBatches {
       if (this.waiting.size === 0) atTurnEnd(() => this.sendWaiting());
       let batch = this.waiting.get(sentAlike);
       if (!batch) this.waiting.set(sentAlike, (batch = []));
-      // Not of the batch's incarnation after all: by itself.
-      else if (batch[0].data.state !== data.state) return publish(this.scripts, data, call).then(resolve, reject);
       batch.push({ data, call, resolve, reject });
     });
   }
