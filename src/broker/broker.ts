@@ -37,6 +37,11 @@ export interface BrokerConfig {
   /** How long a single-region broker reuses a topic record for publishing, in milliseconds (default 1 s). */
   rememberTopicMs?: number;
   /**
+   * How long a single-region broker reuses a subscription record for unary pulls
+   * (`returnImmediately`), acknowledgements and deadline changes, in milliseconds (default 1 s).
+   */
+  rememberSubscriptionMs?: number;
+  /**
    * Publishes whose stored bodies reach this many bytes stage them in a hash before the publish
    * script runs, instead of passing them to it (default 16 KiB; see publish.lua).
    */
@@ -183,6 +188,7 @@ export async function createBroker(config: BrokerConfig): Promise<Broker> {
     ackIds: ackIdCodecLoader(() => loadAckSecret(regions)),
     pullWaitMs: config.pullWaitMs ?? 20_000,
     rememberTopicMs: config.rememberTopicMs ?? 1000,
+    rememberSubscriptionMs: config.rememberSubscriptionMs ?? 1000,
     stageBodiesFromBytes: config.stageBodiesFromBytes ?? 16 * 1024,
     longPolls: longPollPlaces(limits.longPolls),
   });

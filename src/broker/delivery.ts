@@ -12,7 +12,8 @@ import { Publisher } from './publish.ts';
 import type { PubsubMessage } from './publish-request.ts';
 import { Leasers } from './leaser.ts';
 import { MAX_PULL_MESSAGES, Puller, type ReceivedMessage } from './pull.ts';
-import type { SubscriptionRecord } from './records.ts';
+import { OutdatedRecord, type SubscriptionRecord } from './records.ts';
+import { RememberedRecords } from './remembered-records.ts';
 import type { Regions } from './regions.ts';
 import { type IssuedAckIds, type SettleOutcome, Settlement, throwFailures } from './settlement.ts';
 import { checkSubscribeRegion } from './storage-region.ts';
@@ -24,8 +25,10 @@ export interface DeliveryOptions {
   ackIds: () => Promise<AckIdCodec>;
   /** Upper bound of a long-polling pull, in milliseconds. */
   pullWaitMs: number;
-  /** How long a topic record is reused for publishing, in milliseconds (remembered-topics.ts). */
+  /** How long a topic record is reused for publishing, in milliseconds (remembered-records.ts). */
   rememberTopicMs: number;
+  /** How long unary delivery calls reuse a subscription record, in milliseconds (withRecord). */
+  rememberSubscriptionMs: number;
   /** Publishes whose packed bodies reach this many bytes stage them outside the script (publish.ts). */
   stageBodiesFromBytes: number;
   metrics: BrokerMetrics;
@@ -75,6 +78,8 @@ export class DeliveryService {
   private readonly ackAndPublish: AckAndPublish;
   private readonly settledListeners: ((settled: Settled) => void)[] = [];
   private readonly authorizer: Authorizer;
+  /** Subscription records the unary calls read, for the calls of the next rememberSubscriptionMs (withRecord). */
+  private readonly subscriptionsSeen: RememberedRecords<SubscriptionRecord>;
 
   constructor(
     private readonly regions: Regions,
@@ -84,6 +89,7 @@ export class DeliveryService {
   ) {
     const { metrics } = options;
     this.authorizer = options.authorizer;
+    this.subscriptionsSeen = new RememberedRecords(!regions.multiRegion, options.rememberSubscriptionMs);
     this.publisher = new Publisher(regions, topics, options.rememberTopicMs, options.stageBodiesFromBytes, metrics);
     this.settlement = new Settlement(regions, options.ackIds, metrics);
     const deadLetters = new DeadLetters(regions, topics, this.publisher, metrics);
@@ -121,21 +127,24 @@ export class DeliveryService {
   /** Leases messages for a unary pull; long-polls unless returnImmediately, until the caller's signal. */
   async pull(caller: CallContext, name: ResourceName, request: PullRequest): Promise<ReceivedMessage[]> {
     await this.requireConsume(caller, name);
+    if (request.returnImmediately === true) {
+      const max = Math.min(request.maxMessages, MAX_PULL_MESSAGES);
+      return this.withRecord(name, pullRefusal, async (record, remembered) => {
+        await this.checkSubscribeRegion(record);
+        const { received } = await this.unlessDetached(name, this.puller.pullOnce(record, max, { remembered }));
+        return received;
+      });
+    }
+    // A long poll's record is read for it: it may wait, and its leaser serves it (leaser.ts).
     const record = await this.readPullable(name);
     await this.checkSubscribeRegion(record);
     const signal = caller.signal ?? new AbortController().signal;
-    const returnImmediately = request.returnImmediately === true;
     // A pull that may wait holds a place while it runs; none left: RESOURCE_EXHAUSTED.
-    const leave = returnImmediately ? undefined : this.options.longPolls.enter();
+    const leave = this.options.longPolls.enter();
     try {
-      const pulling = returnImmediately
-        ? this.puller
-            .pullOnce(record, Math.min(request.maxMessages, MAX_PULL_MESSAGES))
-            .then(({ received }) => received)
-        : this.leasers.longPoll(record, name, request.maxMessages, signal);
-      return await this.unlessDetached(name, pulling);
+      return await this.unlessDetached(name, this.leasers.longPoll(record, name, request.maxMessages, signal));
     } finally {
-      leave?.();
+      leave();
     }
   }
 
@@ -146,9 +155,10 @@ export class DeliveryService {
   /** acknowledge, with its per-ack-ID results, for a front end that reports failures its own way. */
   async acknowledgeEach(caller: CallContext, name: ResourceName, request: AcknowledgeRequest): Promise<SettleOutcome> {
     await this.requireConsume(caller, name);
-    const record = await this.subscriptions.readForDelivery(name);
-    await this.checkSubscribeRegion(record);
-    return this.unlessDetached(name, this.acknowledgeDeliveries(record, request.ackIds));
+    return this.withRecord(name, noRefusal, async (record, remembered) => {
+      await this.checkSubscribeRegion(record);
+      return this.unlessDetached(name, this.acknowledgeDeliveries(record, request.ackIds, remembered));
+    });
   }
 
   /**
@@ -181,21 +191,67 @@ export class DeliveryService {
   ): Promise<SettleOutcome> {
     checkDeadlineChange(request.ackDeadlineSeconds, 'ackDeadlineSeconds');
     await this.requireConsume(caller, name);
-    const record = await this.subscriptions.readForDelivery(name);
-    await this.checkSubscribeRegion(record);
-    return this.unlessDetached(name, this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds));
+    return this.withRecord(name, noRefusal, async (record, remembered) => {
+      await this.checkSubscribeRegion(record);
+      return this.unlessDetached(
+        name,
+        this.modifyDeliveries(record, request.ackIds, request.ackDeadlineSeconds, remembered),
+      );
+    });
   }
 
-  /** Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts). */
-  async acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    const outcome = await this.settlement.acknowledgeDeliveries(record, ackIds);
+  /**
+   * Runs a unary call with the subscription's record as an earlier call read it, at most
+   * rememberSubscriptionMs ago (single region only), so that the call reads nothing before its
+   * script. The script checks the record's version, and whatever says the record may be
+   * outdated (OutdatedRecord: newer settings, no subscription, an ack ID of another incarnation)
+   * comes before any change: the call then reads the record and runs again with it. The call
+   * refuses a record `refusal` answers an error for (as it refuses a detached one): a remembered
+   * one is read again first, so that no refusal comes from a remembered record.
+   */
+  private async withRecord<T>(
+    name: ResourceName,
+    refusal: (record: SubscriptionRecord) => ApiError | undefined,
+    call: (record: SubscriptionRecord, remembered: boolean) => Promise<T>,
+  ): Promise<T> {
+    const remembered = this.subscriptionsSeen.recall(name.full)?.record;
+    if (remembered && !refusal(remembered)) {
+      try {
+        return await call(remembered, true);
+      } catch (error) {
+        if (!(error instanceof OutdatedRecord)) throw error;
+      }
+    }
+    this.subscriptionsSeen.forget(name.full);
+    const record = await this.subscriptions.readForDelivery(name);
+    this.subscriptionsSeen.remember(name.full, record);
+    const refused = refusal(record);
+    if (refused) throw refused;
+    return call(record, false);
+  }
+
+  /**
+   * Acknowledges deliveries and reports, per ack ID, what happened (settlement.ts).
+   * `remembered`: as in Settlement.acknowledgeDeliveries.
+   */
+  async acknowledgeDeliveries(
+    record: SubscriptionRecord,
+    ackIds: string[],
+    remembered = false,
+  ): Promise<SettleOutcome> {
+    const outcome = await this.settlement.acknowledgeDeliveries(record, ackIds, remembered);
     this.announce({ record, outcome });
     return outcome;
   }
 
-  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (settlement.ts). */
-  async modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    const outcome = await this.settlement.modifyDeliveries(record, ackIds, seconds);
+  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (as acknowledgeDeliveries). */
+  async modifyDeliveries(
+    record: SubscriptionRecord,
+    ackIds: string[],
+    seconds: number,
+    remembered = false,
+  ): Promise<SettleOutcome> {
+    const outcome = await this.settlement.modifyDeliveries(record, ackIds, seconds, remembered);
     this.announce({ record, outcome, deadlineSeconds: seconds });
     return outcome;
   }
@@ -261,8 +317,8 @@ export class DeliveryService {
    */
   async readPullable(name: ResourceName, recentWithinMs?: number): Promise<SubscriptionRecord> {
     const record = await this.subscriptions.readForDelivery(name, recentWithinMs);
-    // Pub/Sub refuses Pull and StreamingPull on a subscription that pushes (push.ts delivers it).
-    if (record.pushConfig) throw failedPrecondition('This method is not supported for push subscriptions.');
+    const refused = pullRefusal(record);
+    if (refused) throw refused;
     return record;
   }
 
@@ -285,3 +341,11 @@ export class DeliveryService {
     return checkSubscribeRegion(this.regions, this.topics, record);
   }
 }
+
+/** Pub/Sub refuses Pull and StreamingPull on a subscription that pushes (push.ts delivers it). */
+function pullRefusal(record: SubscriptionRecord): ApiError | undefined {
+  return record.pushConfig ? failedPrecondition('This method is not supported for push subscriptions.') : undefined;
+}
+
+/** Acknowledging and changing deadlines take any subscription that is not detached. */
+const noRefusal = (): undefined => undefined;

@@ -315,12 +315,10 @@ export class Leaser {
     }
     let pulled: Awaited<ReturnType<Puller['pullOnce']>>;
     try {
-      pulled = await this.source.pullOnce(
-        this.record,
-        Math.min(messages, MAX_PULL_MESSAGES),
+      pulled = await this.source.pullOnce(this.record, Math.min(messages, MAX_PULL_MESSAGES), {
         deadlineSeconds,
-        Math.min(bytes, MAX_PULL_BYTES),
-      );
+        maxBytes: Math.min(bytes, MAX_PULL_BYTES),
+      });
     } catch (error) {
       // Redis failed, or the subscription's data is gone: these consumers end (streams fail,
       // long polls answer with the error), as their own pull failing ended them before.

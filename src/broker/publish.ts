@@ -18,7 +18,7 @@ import {
 import type { TopicRecord } from './records.ts';
 import { deduplicationWindowUs, topicRetentionUs } from './topic-fields.ts';
 import type { Region, Regions } from './regions.ts';
-import { RememberedTopics } from './remembered-topics.ts';
+import { RememberedRecords } from './remembered-records.ts';
 import { storageRegion } from './storage-region.ts';
 import type { TopicService } from './topics.ts';
 
@@ -78,18 +78,25 @@ const MAX_REFUSED_STAMPS = 3;
 export class Publisher {
   /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
   private readonly attachments = new Map<string, Attachments>();
-  private readonly rememberedTopics: RememberedTopics;
+  /**
+   * Topic records a single-region broker reuses for the publishes of the next `rememberTopicMs`,
+   * so that a publish need not read one. The record gives publish nothing but the incarnation
+   * (uid), and the publish script refuses a deleted one, so a remembered record cannot take a
+   * message the topic would not; the time bounds how long a Redis that lost its data (say,
+   * restarted without its append-only file) still sees publishes to topics it no longer has.
+   */
+  private readonly rememberedTopics: RememberedRecords<TopicRecord>;
 
   constructor(
     private readonly regions: Regions,
     private readonly topics: TopicService,
-    /** How long a topic record is reused for publishing, in milliseconds (remembered-topics.ts). */
+    /** How long a topic record is reused for publishing, in milliseconds (remembered-records.ts). */
     rememberTopicMs: number,
     /** Publishes whose packed bodies reach this many bytes stage them outside the script. */
     private readonly stageBodiesFromBytes: number,
     private readonly metrics: BrokerMetrics,
   ) {
-    this.rememberedTopics = new RememberedTopics(!regions.multiRegion, rememberTopicMs);
+    this.rememberedTopics = new RememberedRecords<TopicRecord>(!regions.multiRegion, rememberTopicMs);
   }
 
   /** A publish request: counted in the metrics, whatever its answer. */

@@ -7,17 +7,29 @@ import { formatTimestampUs } from './durations.ts';
 import { unpackMessage } from './message-codec.ts';
 import { messageId } from './message-ids.ts';
 import { resourceId } from './names.ts';
-import type { SubscriptionRecord } from './records.ts';
+import { OutdatedRecord, type SubscriptionRecord, type TopicRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 import type { DeadLetters } from './dead-letters.ts';
 import type { BrokerMetrics } from './metrics.ts';
-import { RememberedTopics, TOPIC_REMEMBERED_MS } from './remembered-topics.ts';
+import { RECORD_REMEMBERED_MS, RememberedRecords } from './remembered-records.ts';
 import { topicRetentionUs } from './topic-fields.ts';
 import type { TopicService } from './topics.ts';
 import type { Settlement } from './settlement.ts';
 import type { Waiter } from './wakeups.ts';
 
 export const MAX_PULL_MESSAGES = 1000;
+
+export interface PullOptions {
+  /** Overrides the subscription's ack deadline (streams lease with their streamAckDeadlineSeconds). */
+  deadlineSeconds?: number;
+  /** No further message once the leased bodies reach this many bytes (default MAX_PULL_BYTES). */
+  maxBytes?: number;
+  /**
+   * The record was remembered, not read for the pull (delivery.ts, withRecord): the script checks
+   * its version, and a pull that finds it may be outdated fails with OutdatedRecord.
+   */
+  remembered?: boolean;
+}
 /**
  * Message bytes one pull returns at most (at least one message always goes): 1000 messages of
  * 10 MB would not fit in Redis's Lua memory, nor in one JSON string.
@@ -96,22 +108,21 @@ export class Puller {
   ) {}
 
   /** Subscriptions' topics read in the last second (for their retention), and those found missing. */
-  private readonly topicsSeen = new RememberedTopics(true, TOPIC_REMEMBERED_MS);
+  private readonly topicsSeen = new RememberedRecords<TopicRecord>(true, RECORD_REMEMBERED_MS);
 
   /**
    * Leases up to `max` available messages once, without waiting, from every usable region
-   * (see pullOrder). `deadlineSeconds` overrides the subscription's ack deadline (streams
-   * lease with their own streamAckDeadlineSeconds). A remote region that fails is skipped:
-   * its messages wait for it; this region's failure fails the pull. `full`: the pull stopped at
-   * `max` or at the byte budget, so more messages may be available.
+   * (see pullOrder). A remote region that fails is skipped: its messages wait for it; this
+   * region's failure fails the pull. `full`: the pull stopped at `max` or at the byte budget, so
+   * more messages may be available.
    */
-  async pullOnce(record: SubscriptionRecord, max: number, deadlineSeconds?: number, maxBytes = MAX_PULL_BYTES) {
+  async pullOnce(record: SubscriptionRecord, max: number, options: PullOptions = {}) {
     const received: LeasedMessage[] = [];
     let nextDueUs: number | undefined;
-    let bytesLeft = maxBytes;
+    let bytesLeft = options.maxBytes ?? MAX_PULL_BYTES;
     for (const region of this.pullOrder()) {
       if (received.length >= max || bytesLeft <= 0) break;
-      const pulling = this.pullFrom(region, record, max - received.length, deadlineSeconds, bytesLeft);
+      const pulling = this.pullFrom(region, record, max - received.length, bytesLeft, options);
       try {
         const part = region === this.regions.local ? await pulling : await withTimeout(pulling, REMOTE_PULL_TIMEOUT_MS);
         received.push(...part.received);
@@ -183,8 +194,8 @@ export class Puller {
     region: Region,
     record: SubscriptionRecord,
     max: number,
-    deadlineSeconds: number | undefined,
     maxBytes: number,
+    { deadlineSeconds, remembered }: PullOptions,
   ) {
     const { ctx } = region;
     const data = ctx.keys.topicData(record.topicUid);
@@ -199,9 +210,11 @@ export class Puller {
       wakeChannel: ctx.keys.wakeChannel(record.topicUid),
       maxBytes,
       mayForward: record.deadLetterPolicy !== undefined && (await this.deadLetters.mayForward(record)),
+      recordVersion: remembered ? record.version : undefined,
     });
     // Not attached in this region: its topic was deleted there before the subscription came.
     if (leased.kind === 'no-subscription') {
+      if (remembered) throw new OutdatedRecord();
       if (region === this.regions.local || !this.regions.multiRegion) throw notFound(resourceId(record.name));
       return { received: [], bytes: 0, nextDueUs: undefined };
     }

@@ -69,6 +69,18 @@ export interface Tombstone {
   topicUid?: string;
 }
 
+/**
+ * A call made with a subscription record remembered from an earlier call (delivery.ts, withRecord)
+ * found that the record may be outdated: the subscription's settings come from a newer record,
+ * the subscription is not there, or an ack ID names another incarnation of it. Nothing changed;
+ * the caller reads the record and runs the call again.
+ */
+export class OutdatedRecord extends Error {
+  constructor() {
+    super('the remembered subscription record may be outdated');
+  }
+}
+
 /** A name's state in one region: its record or its tombstone. */
 export type State = TopicRecord | SubscriptionRecord | SnapshotRecord | ProjectPolicyRecord | Tombstone;
 

@@ -9,7 +9,7 @@ import {
 import type { AckIdCodec, Delivery } from './ack-id.ts';
 import type { BrokerMetrics } from './metrics.ts';
 import { resourceId } from './names.ts';
-import type { SubscriptionRecord } from './records.ts';
+import { OutdatedRecord, type SubscriptionRecord } from './records.ts';
 import type { Region, Regions } from './regions.ts';
 
 /** Per-ack-ID results. `failures` is only ever filled on exactly-once subscriptions. */
@@ -57,34 +57,53 @@ export class Settlement {
     this.issued = issued;
   }
 
-  /** Acknowledges deliveries and reports, per ack ID, what happened (see settle). */
-  async acknowledgeDeliveries(record: SubscriptionRecord, ackIds: string[]): Promise<SettleOutcome> {
-    return this.settle(record, await this.deliveriesOf(record, ackIds), 'ack', (region, members) =>
-      this.acknowledgeMembers(region, record, members),
+  /**
+   * Acknowledges deliveries and reports, per ack ID, what happened (see settle). `remembered`:
+   * the record was remembered, not read for the call, and may be outdated (OutdatedRecord).
+   */
+  async acknowledgeDeliveries(
+    record: SubscriptionRecord,
+    ackIds: string[],
+    remembered = false,
+  ): Promise<SettleOutcome> {
+    return this.settle(record, await this.deliveriesOf(record, ackIds, remembered), 'ack', (region, members) =>
+      checked(remembered, this.acknowledgeMembers(region, record, members, remembered)),
     );
   }
 
   /**
    * Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"): also how
-   * a pull drops messages past the retention.
+   * a pull drops messages past the retention. `checkVersion`: the script checks the record's.
    */
-  acknowledgeMembers({ ctx }: Region, record: SubscriptionRecord, members: string[]): Promise<SettleResult> {
+  acknowledgeMembers(
+    { ctx }: Region,
+    record: SubscriptionRecord,
+    members: string[],
+    checkVersion = false,
+  ): Promise<SettleResult> {
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = ctx.clock.scriptTime();
+    const recordVersion = checkVersion ? record.version : undefined;
     return record.enableMessageOrdering
       ? acknowledgeOrdered(ctx.scripts, data, sub, {
           time,
           wakeChannel: ctx.keys.wakeChannel(record.topicUid),
           members,
+          recordVersion,
         })
-      : acknowledge(ctx.scripts, data, sub, { time, members });
+      : acknowledge(ctx.scripts, data, sub, { time, members, recordVersion });
   }
 
-  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (see settle). */
-  async modifyDeliveries(record: SubscriptionRecord, ackIds: string[], seconds: number): Promise<SettleOutcome> {
-    return this.settle(record, await this.deliveriesOf(record, ackIds), 'modack', (region, members) =>
-      this.modifyMembers(region, record, members, seconds),
+  /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (as acknowledgeDeliveries). */
+  async modifyDeliveries(
+    record: SubscriptionRecord,
+    ackIds: string[],
+    seconds: number,
+    remembered = false,
+  ): Promise<SettleOutcome> {
+    return this.settle(record, await this.deliveriesOf(record, ackIds, remembered), 'modack', (region, members) =>
+      checked(remembered, this.modifyMembers(region, record, members, seconds, undefined, remembered)),
     );
   }
 
@@ -117,13 +136,18 @@ export class Settlement {
     );
   }
 
-  /** The deliveries ack IDs of the subscription name (undefined: malformed, or another's). */
-  async deliveriesOf(record: SubscriptionRecord, ackIds: string[]): Promise<DecodedAckIds> {
+  /**
+   * The deliveries ack IDs of the subscription name (undefined: malformed, or another's).
+   * `remembered` (see acknowledgeDeliveries): an ack ID of another subscription uid may be one
+   * of a newer incarnation of this one (OutdatedRecord).
+   */
+  async deliveriesOf(record: SubscriptionRecord, ackIds: string[], remembered = false): Promise<DecodedAckIds> {
     const codec = await this.ackIds();
     const issuedHere = this.issued(record);
     return new Map(
       ackIds.map((ackId) => {
         const delivery = issuedHere(ackId) ?? codec.decode(ackId);
+        if (delivery && delivery.subscriptionUid !== record.uid && remembered) throw new OutdatedRecord();
         return [ackId, delivery?.subscriptionUid === record.uid ? delivery : undefined];
       }),
     );
@@ -165,6 +189,7 @@ export class Settlement {
     members: string[],
     seconds: number,
     mode?: 'release' | 'hold',
+    checkVersion = false,
   ): Promise<SettleResult> {
     const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
     return modifyAckDeadline(ctx.scripts, sub, {
@@ -173,6 +198,7 @@ export class Settlement {
       mode,
       wakeChannel: ctx.keys.wakeChannel(record.topicUid),
       members,
+      recordVersion: checkVersion ? record.version : undefined,
     });
   }
 
@@ -200,6 +226,8 @@ export class Settlement {
       try {
         settled = await this.applyIn(region, members, apply);
       } catch (error) {
+        // Nothing changed (a remembered record is only used with one region): the caller reads the record.
+        if (error instanceof OutdatedRecord) throw error;
         if (!exactlyOnce) regionFailure ??= error;
         else for (const ackId of memberOf.keys()) outcome.failures.set(ackId, 'TRANSIENT_FAILURE_OTHER');
         continue;
@@ -361,3 +389,13 @@ export class Settlement {
 }
 
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
+
+/**
+ * A settlement script's result, where a remembered record's script finding no subscription (or
+ * newer settings) says the record may be outdated: it changed nothing.
+ */
+async function checked(remembered: boolean, settling: Promise<SettleResult>): Promise<SettleResult> {
+  const settled = await settling;
+  if (remembered && settled.kind === 'no-subscription') throw new OutdatedRecord();
+  return settled;
+}

@@ -14,8 +14,10 @@
   KEYS[10]   hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
   ARGV[2]    wake channel (published to when a key becomes deliverable again)
-  ARGV[3..]  distinct deliveries as "seq:gen", decided in this order
-  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
+  ARGV[3]    version of the caller's subscription record, or '' (see newer_settings in prelude.lua)
+  ARGV[4..]  distinct deliveries as "seq:gen", decided in this order
+  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist (or its settings come
+             from a newer record than ARGV[3]), else one code per delivery:
              DELIVERY_APPLIED, DELIVERY_GONE, DELIVERY_EXPIRED as in acknowledge;
              DELIVERY_OUT_OF_ORDER  an earlier message of the same key is not acknowledged yet
                                     (exactly-once only; nothing changed)
@@ -28,7 +30,7 @@ local key_structures = { keyed = keyed_key, states = key_states_key, ready = rea
 local holds = { flags = KEYS[9], blocks = KEYS[10] }
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
-if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
+if exactly_once == nil or newer_settings(config_key, ARGV[3]) then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 
 -- Deliveries are decided in request order, as if one by one, but read and written in batches:
@@ -38,7 +40,7 @@ mark_active(config_key, now)
 -- walks the front of each key's range (only the front is ever acked there).
 local results = {}
 local woke = false
-in_chunks(ARGV, 3, function(members)
+in_chunks(ARGV, 4, function(members)
   local deadlines = redis.call('ZMSCORE', leased_key, unpack(members))
   local ending, ending_seqs = {}, {}
   for i, member in ipairs(members) do

@@ -7,8 +7,10 @@
   KEYS[5]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
   KEYS[6]    hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
-  ARGV[2..]  deliveries as "seq:gen"
-  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
+  ARGV[2]    version of the caller's subscription record, or '' (see newer_settings in prelude.lua)
+  ARGV[3..]  deliveries as "seq:gen"
+  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist (or its settings come
+             from a newer record than ARGV[2]), else one code per delivery:
              DELIVERY_APPLIED  acknowledged now
              DELIVERY_GONE     no such lease: already acknowledged, superseded by a newer delivery,
                                or unknown
@@ -21,11 +23,11 @@ local config_key, leased_key, bodies_prefix, refs_key = KEYS[1], KEYS[2], KEYS[3
 local holds = { flags = KEYS[5], blocks = KEYS[6] }
 local now = now_us(ARGV[1])
 local exactly_once = exactly_once_mode(config_key)
-if exactly_once == nil then return {REPLY_NO_SUBSCRIPTION} end
+if exactly_once == nil or newer_settings(config_key, ARGV[2]) then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 
 local results = {}
-in_chunks(ARGV, 2, function(members)
+in_chunks(ARGV, 3, function(members)
   local deadlines = redis.call('ZMSCORE', leased_key, unpack(members))
   local ended, seqs = {}, {}
   for i, member in ipairs(members) do

@@ -23,8 +23,10 @@
   ARGV[3]    wake channel, published to with how many messages (keys) became available (or will
              be, after a backoff: long polls then look again when it ends)
   ARGV[4]    'release': a release (ARGV[2] is 0); 'hold': a hold (ARGV[2] > 0); else ''
-  ARGV[5..]  deliveries as "seq:gen"
-  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist, else one code per delivery:
+  ARGV[5]    version of the caller's subscription record, or '' (see newer_settings in prelude.lua)
+  ARGV[6..]  deliveries as "seq:gen"
+  Returns    {REPLY_NO_SUBSCRIPTION} when the subscription does not exist (or its settings come
+             from a newer record than ARGV[5]), else one code per delivery:
              DELIVERY_APPLIED  deadline changed (or nacked)
              DELIVERY_GONE     no such lease: acknowledged, superseded, nacked before, or unknown
              DELIVERY_EXPIRED  the lease expired; on exactly-once subscriptions nothing changed, on
@@ -43,23 +45,24 @@ local config_key, leased_key, ready_key = KEYS[1], KEYS[2], KEYS[3]
 local keys = {
   keyed = KEYS[4], deliveries = KEYS[5], states = KEYS[6], leased = leased_key, ready = ready_key, delayed = KEYS[7],
 }
+local FIRST_DELIVERY = 6
 local now = now_us(ARGV[1])
 local seconds = tonumber(ARGV[2])
 local releasing, holding = ARGV[4] == 'release', ARGV[4] == 'hold'
 local config = redis.call('HMGET', config_key, 'exactlyOnce', 'minBackoffUs', 'maxBackoffUs', 'maxDeliveryAttempts')
-if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
+if not config[1] or newer_settings(config_key, ARGV[5]) then return {REPLY_NO_SUBSCRIPTION} end
 local exactly_once = config[1] == '1'
 local policy = redelivery_policy(config[2], config[3], config[4])
 mark_active(config_key, now)
 
 local results = {}
 if holding then
-  results = strict_lease_codes(keys, ARGV, 5, now, exactly_once)
+  results = strict_lease_codes(keys, ARGV, FIRST_DELIVERY, now, exactly_once)
   for _, code in ipairs(results) do
     if code ~= DELIVERY_APPLIED then return results end
   end
   local deadline, held = now + seconds * 1000000, {}
-  for i = 5, #ARGV do
+  for i = FIRST_DELIVERY, #ARGV do
     held[#held + 1] = deadline
     held[#held + 1] = ARGV[i]
   end
@@ -68,7 +71,7 @@ if holding then
 end
 -- How many messages (keys, on an ordered subscription) became available: the wake-up's count.
 local woke = 0
-for i = 5, #ARGV do
+for i = FIRST_DELIVERY, #ARGV do
   local member = ARGV[i]
   local status = lease_status(redis.call('ZSCORE', leased_key, member), now, exactly_once)
   if (status == 'valid' or status == 'expired') and seconds > 0 then

@@ -53,6 +53,17 @@ local function mark_active(config_key, now)
   redis.call('HSET', config_key, 'activeAt', string.format('%.0f', now))
 end
 
+-- Whether the subscription's settings here come from a newer record than the caller's (of
+-- `version`; '' when the caller asks no check). A caller that remembered the record runs a
+-- script with its version: the script then answers as if the subscription were not there
+-- (REPLY_NO_SUBSCRIPTION) before it changes anything, and the caller reads the record again.
+-- Every put of a live record writes its version here (attach-subscription.lua); a delete or
+-- detach drops the settings.
+local function newer_settings(config_key, version)
+  if version == '' then return false end
+  return tonumber(redis.call('HGET', config_key, 'version') or '-1') > tonumber(version)
+end
+
 -- The delivery mode of a subscription: nil when it does not exist, else true on exactly-once.
 local function exactly_once_mode(config_key)
   local flag = redis.call('HGET', config_key, 'exactlyOnce')

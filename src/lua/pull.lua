@@ -31,6 +31,7 @@
              else '': they are delivered again instead
   ARGV[7]    the topic's messageRetentionDuration in µs, or '' when it has none: messages are
              kept for the longer of it and the subscription's retention
+  ARGV[8]    version of the caller's subscription record, or '' (see newer_settings in prelude.lua)
   Returns    {REPLY_OK, nextDueUs, oldestKeptUs, forwards, stride, claimEndUs, expired, seq1, gen1[, attempt1],
               ..., fseq1, fgen1, fcount1, ...}
              nextDueUs: when nothing was leased, microseconds until the earliest lease
@@ -47,7 +48,8 @@
              gives back only a claim of that end)
              expired: how many leases this call found past their deadline (Pub/Sub's expired ack
              deadlines; a keyed lease the cascade of an earlier one revoked is not counted)
-             {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached)
+             {REPLY_NO_SUBSCRIPTION}   the subscription does not exist (deleted, or never attached),
+                                       or its settings come from a newer record than ARGV[8]
              The bodies are not returned: a body read into Lua costs a pass over every byte
              (Redis hashes every string Lua makes), so the caller reads them with HMGET.
   Invariant: a message is leased to at most one delivery (generation) at a time, and only
@@ -75,7 +77,7 @@ local remaining = tonumber(ARGV[2])
 local config = redis.call(
   'HMGET', config_key, 'ackDeadlineUs', 'retentionUs', 'minBackoffUs', 'maxBackoffUs', 'maxDeliveryAttempts'
 )
-if not config[1] then return {REPLY_NO_SUBSCRIPTION} end
+if not config[1] or newer_settings(config_key, ARGV[8]) then return {REPLY_NO_SUBSCRIPTION} end
 mark_active(config_key, now)
 local policy = redelivery_policy(config[3], config[4], config[5])
 local may_forward = ARGV[6] == '1'

@@ -130,7 +130,7 @@ t.test('long polls and streams on one subscription: every message once, to both 
   const pullOnce = delivery.pullOnce.bind(delivery);
   delivery.pullOnce = async (...args: Parameters<typeof pullOnce>) => {
     const result = await pullOnce(...args);
-    for (const message of result.received) leasedWith.set(textOf(message), args[2]);
+    for (const message of result.received) leasedWith.set(textOf(message), args[2]?.deadlineSeconds);
     return result;
   };
   const streams = Array.from({ length: 5 }, () => openStream(broker, random.int(1, 3), () => random.int(0, 20)));

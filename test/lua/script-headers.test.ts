@@ -428,9 +428,9 @@ const wrapperCases: WrapperCase[] = [
     // attached subscription.
     moreKeys: 6 + 8 + 2 * 6,
     // The deliveries; the acknowledgement's script and step (its key count, 10 positions, its ARGV
-    // count, 2 + 2 ARGV, its body count); the publish count; each publish's step (key count, 22
+    // count, 3 + 2 ARGV, its body count); the publish count; each publish's step (key count, 22
     // positions, ARGV count, 13 ARGV, body count); the bodies (2 each).
-    moreArgv: members.length + 1 + (1 + 10 + 1 + 4 + 1) + 1 + 2 * (1 + 22 + 1 + 13 + 1) + 2 * 2,
+    moreArgv: members.length + 1 + (1 + 10 + 1 + 5 + 1) + 1 + 2 * (1 + 22 + 1 + 13 + 1) + 2 * 2,
     call: (scripts) =>
       acknowledgeAndPublish(scripts, data, sub, {
         time,

@@ -13,7 +13,7 @@ import {
 
 // The scripts of the pull/ack/modack cycle, of forwarding to a dead-letter topic, and touch-subscription.
 
-export interface PullCall {
+export interface PullCall extends RecordChecked {
   time: ScriptTime;
   /** The topic's messageRetentionDuration (µs), when it has one: messages are kept at least that long. */
   topicRetentionUs?: number;
@@ -27,6 +27,19 @@ export interface PullCall {
   mayForward: boolean;
 }
 
+/** A call that may check the caller's copy of the subscription record. */
+interface RecordChecked {
+  /**
+   * The version of a subscription record the caller remembered rather than read for the call:
+   * the script answers 'no-subscription', and changes nothing, when the subscription's settings
+   * come from a newer record (newer_settings in prelude.lua). Undefined: no check.
+   */
+  recordVersion?: number;
+}
+
+const versionArgument = ({ recordVersion }: RecordChecked) =>
+  recordVersion === undefined ? '' : String(recordVersion);
+
 /** A message pull.lua handed over to forward to the dead-letter topic. */
 export interface Forward {
   seq: string;
@@ -38,7 +51,10 @@ export interface Forward {
 }
 
 export type PullResult =
-  /** Not attached here: deleted, or its topic was deleted in this region before it came. */
+  /**
+   * Not attached here: deleted, or its topic was deleted in this region before it came (or its
+   * settings come from a newer record than the call's `recordVersion`).
+   */
   | { kind: 'no-subscription' }
   | {
       kind: 'leased';
@@ -88,6 +104,7 @@ export async function pull(
       call.maxBytes,
       call.mayForward ? '1' : '',
       call.topicRetentionUs ? String(call.topicRetentionUs) : '',
+      versionArgument(call),
     ],
   )) as [number, number | '', number, number, number, number, number, ...(string | number)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
@@ -150,7 +167,7 @@ export function settled(script: ScriptName, reply: number[]): SettleResult {
   return { kind: 'settled', outcomes };
 }
 
-export interface AcknowledgeCall {
+export interface AcknowledgeCall extends RecordChecked {
   time: ScriptTime;
   /** Distinct deliveries, "seq:gen". */
   members: readonly string[];
@@ -171,7 +188,7 @@ export async function acknowledge(
 export function acknowledgeArguments(data: TopicKeys, sub: SubscriptionKeys, call: AcknowledgeCall) {
   return {
     keys: [sub.config, sub.leased, data.bodies, data.refs, sub.holds, sub.holdBlocks],
-    args: [call.time, ...call.members],
+    args: [call.time, versionArgument(call), ...call.members],
   };
 }
 
@@ -209,10 +226,13 @@ export async function acknowledgeOrdered(
 
 /** acknowledge-ordered.lua's KEYS and ARGV: for this wrapper and for scripts that run it as a step. */
 export function acknowledgeOrderedArguments(data: TopicKeys, sub: SubscriptionKeys, call: AcknowledgeOrderedCall) {
-  return { keys: endingKeys(data, sub, sub.leased), args: [call.time, call.wakeChannel, ...call.members] };
+  return {
+    keys: endingKeys(data, sub, sub.leased),
+    args: [call.time, call.wakeChannel, versionArgument(call), ...call.members],
+  };
 }
 
-export interface ModifyAckDeadlineCall {
+export interface ModifyAckDeadlineCall extends RecordChecked {
   time: ScriptTime;
   /** The new deadline, in seconds from now; 0 nacks. */
   seconds: number;
@@ -235,7 +255,7 @@ export async function modifyAckDeadline(
   const reply = await scripts.run(
     'modify-ack-deadline',
     [sub.config, sub.leased, sub.ready, sub.keyed, sub.keyedDeliveries, sub.keyStates, sub.delayed],
-    [call.time, call.seconds, call.wakeChannel, call.mode ?? '', ...call.members],
+    [call.time, call.seconds, call.wakeChannel, call.mode ?? '', versionArgument(call), ...call.members],
   );
   return settled('modify-ack-deadline', reply as number[]);
 }
