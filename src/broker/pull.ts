@@ -42,6 +42,12 @@ export const MAX_PULL_BYTES = 10_000_000;
  * lease runs out.
  */
 const REMOTE_PULL_TIMEOUT_MS = 2_000;
+/**
+ * Leased bodies of at most this many bytes in all come back with the pull script's reply; larger
+ * ones are read after it (see pull.lua). A few small messages then cost one round trip, where
+ * reading them after the script would make two.
+ */
+const INLINE_BODY_BYTES = 16 * 1024;
 
 export interface ReceivedMessage {
   ackId: string;
@@ -211,6 +217,7 @@ export class Puller {
       maxBytes,
       mayForward: record.deadLetterPolicy !== undefined && (await this.deadLetters.mayForward(record)),
       recordVersion: remembered ? record.version : undefined,
+      inlineBytes: INLINE_BODY_BYTES,
     });
     // Not attached in this region: its topic was deleted there before the subscription came.
     if (leased.kind === 'no-subscription') {
@@ -221,8 +228,9 @@ export class Puller {
     const { nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards } = leased;
     this.metrics.deadlinesExpired(record, leased.expired);
     if (seqs.length === 0 && forwards.length === 0) return { received: [], bytes: 0, nextDueUs };
-    // Read outside the script: Redis copies a body straight into the reply from here.
-    const bodies = await readBodies(ctx.redis, data, [...seqs, ...forwards.map((forward) => forward.seq)]);
+    // Larger bodies are read outside the script: Redis copies a body straight into the reply from here.
+    const bodies =
+      leased.bodies ?? (await readBodies(ctx.redis, data, [...seqs, ...forwards.map((forward) => forward.seq)]));
     if (forwards.length > 0) {
       // A step that fails is finished by a later pull (dead-letters.ts): this pull still answers.
       await this.deadLetters

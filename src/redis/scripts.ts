@@ -120,6 +120,11 @@ export class Scripts {
     return this.caller(commandName(name))(keys.length, ...keys, ...args);
   }
 
+  /** As run, but bulk replies come back as Buffers: for a script that answers binary data. */
+  runForBuffers(name: ScriptName, keys: string[], args: Arg[]): Promise<unknown> {
+    return this.caller(`${commandName(name)}Buffer`)(keys.length, ...keys, ...args);
+  }
+
   /**
    * Runs a script whose arguments end in many large binary ones (publish's message bodies),
    * written in one pass (binary-command.ts) instead of by ioredis's per-argument serialization:

@@ -1,10 +1,10 @@
 // Which scripts this process runs while a piece of work runs: the broker runs in the test's own
-// process, and every script goes through Scripts.run, runEncoded or runStaged (the wrappers in
+// process, and every script goes through Scripts.run, runForBuffers, runEncoded or runStaged (the wrappers in
 // src/redis/calls/), so counting those calls counts the scripts one request costs.
 
 import { type ScriptName, Scripts } from '../../src/redis/scripts.ts';
 
-const RUNNERS = ['run', 'runEncoded', 'runStaged'] as const;
+const RUNNERS = ['run', 'runForBuffers', 'runEncoded', 'runStaged'] as const;
 
 /** What `work` answers, and the names of the scripts run meanwhile, in order. */
 export async function scriptsRunBy<T>(work: () => Promise<T>): Promise<{ result: T; scripts: ScriptName[] }> {

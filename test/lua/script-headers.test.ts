@@ -296,6 +296,10 @@ function recordingScripts(sent: Sent[], reply: unknown): Scripts {
       sent.push({ name, keys, argv: args.length });
       return reply;
     },
+    runForBuffers: async (name, keys, args) => {
+      sent.push({ name, keys, argv: args.length });
+      return reply;
+    },
     runEncoded: async (name, keys, args, trailing) => {
       sent.push({ name, keys, argv: args.length + trailing.count });
       return reply;
@@ -305,7 +309,7 @@ function recordingScripts(sent: Sent[], reply: unknown): Scripts {
       sent.push({ name, keys, argv: args.length });
       return reply;
     },
-  } satisfies Pick<Scripts, 'run' | 'runEncoded' | 'runStaged'>);
+  } satisfies Pick<Scripts, 'run' | 'runForBuffers' | 'runEncoded' | 'runStaged'>);
 }
 
 /** The hash tag of a key (Redis Cluster hashes only that part, when there is one). */
@@ -398,9 +402,17 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     what: 'pull',
-    reply: [codes.REPLY_OK, '', 0, 0, 2, 1000, 0, '1000', 1],
+    reply: [codes.REPLY_OK, '', 0, 0, 2, 1000, 0, 1, '1000', 1, Buffer.from('body')],
     call: (scripts) =>
-      pull(scripts, data, sub, { time, max: 10, leaseUs: 1_000_000, wakeChannel, maxBytes: 100, mayForward: true }),
+      pull(scripts, data, sub, {
+        time,
+        max: 10,
+        leaseUs: 1_000_000,
+        wakeChannel,
+        maxBytes: 100,
+        mayForward: true,
+        inlineBytes: 100,
+      }),
   },
   {
     what: 'acknowledge',

@@ -25,6 +25,11 @@ export interface PullCall extends RecordChecked {
   maxBytes: number;
   /** Messages due for the dead-letter topic may be handed over to forward (it exists). */
   mayForward: boolean;
+  /**
+   * Leased bodies of at most this many bytes in all come back with the leases (`bodies`), unless
+   * messages were handed over to forward; larger ones the caller reads.
+   */
+  inlineBytes: number;
 }
 
 /** A call that may check the caller's copy of the subscription record. */
@@ -65,11 +70,13 @@ export type PullResult =
       nextDueUs: number | undefined;
       /** Messages published before this are past the subscription's retention. */
       oldestKeptUs: number;
-      /** The leased messages (their bodies are read outside the script) and their generations. */
+      /** The leased messages and their generations. */
       seqs: string[];
       generations: number[];
       /** Each leased message's delivery attempt, on subscriptions with a dead-letter policy. */
       attempts?: number[];
+      /** The leased messages' bodies, when they were small enough (`inlineBytes`); else read them. */
+      bodies?: (Buffer | null)[];
       forwards: Forward[];
       /** How many leases the script found past their deadline. */
       expired: number;
@@ -81,7 +88,8 @@ export async function pull(
   sub: SubscriptionKeys,
   call: PullCall,
 ): Promise<PullResult> {
-  const reply = (await scripts.run(
+  // As Buffers: the reply may end in bodies.
+  const reply = (await scripts.runForBuffers(
     'pull',
     [
       sub.config,
@@ -105,22 +113,24 @@ export async function pull(
       call.mayForward ? '1' : '',
       call.topicRetentionUs ? String(call.topicRetentionUs) : '',
       versionArgument(call),
+      call.inlineBytes,
     ],
-  )) as [number, number | '', number, number, number, number, number, ...(string | number)[]];
+  )) as [number, number | Buffer, number, number, number, number, number, number, ...(Buffer | number | null)[]];
   if (reply[0] === REPLY_NO_SUBSCRIPTION) return { kind: 'no-subscription' };
   if (reply[0] !== REPLY_OK) throw unexpectedReply('pull', reply);
-  const [, due, oldestKeptUs, forwardCount, stride, claimUs, expired] = reply;
-  const forwardsAt = reply.length - 3 * forwardCount;
+  const [, due, oldestKeptUs, forwardCount, stride, claimUs, expired, inlined] = reply;
+  const bodiesAt = reply.length - inlined;
+  const forwardsAt = bodiesAt - 3 * forwardCount;
   const seqs: string[] = [];
   const generations: number[] = [];
   const attempts: number[] | undefined = stride === 3 ? [] : undefined;
-  for (let i = 7; i < forwardsAt; i += stride) {
+  for (let i = 8; i < forwardsAt; i += stride) {
     seqs.push(String(reply[i]));
     generations.push(Number(reply[i + 1]));
     attempts?.push(Number(reply[i + 2]));
   }
   const forwards: Forward[] = [];
-  for (let i = forwardsAt; i < reply.length; i += 3) {
+  for (let i = forwardsAt; i < bodiesAt; i += 3) {
     forwards.push({
       seq: String(reply[i]),
       generation: Number(reply[i + 1]),
@@ -129,7 +139,8 @@ export async function pull(
     });
   }
   const nextDueUs = typeof due === 'number' ? due : undefined;
-  return { kind: 'leased', nextDueUs, oldestKeptUs, seqs, generations, attempts, forwards, expired };
+  const bodies = inlined > 0 ? (reply.slice(bodiesAt) as (Buffer | null)[]) : undefined;
+  return { kind: 'leased', nextDueUs, oldestKeptUs, seqs, generations, attempts, bodies, forwards, expired };
 }
 
 /**
