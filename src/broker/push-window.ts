@@ -23,15 +23,15 @@ export class PushWindow {
 
   constructor(private readonly nowMs: () => number = Date.now) {}
 
-  /** How many more requests may start now, with `outstanding` under way. */
-  room(outstanding: number): number {
-    if (this.nowMs() < this.pausedUntilMs) return 0;
-    return Math.max(0, Math.floor(this.size) - outstanding);
-  }
-
-  /** Milliseconds until the backoff pause ends (0: not paused). */
-  pauseLeftMs(): number {
-    return Math.max(0, this.pausedUntilMs - this.nowMs());
+  /**
+   * How many more requests may start now, with `outstanding` under way, and how long the backoff
+   * pause has left (0: not paused; while it lasts there is no room). Both come from one reading
+   * of the clock: read apart, a pause that ended between the readings said "no room" and "not
+   * paused", and the caller then waited for a request to finish when none was under way.
+   */
+  now(outstanding: number): { room: number; pauseLeftMs: number } {
+    const pauseLeftMs = Math.max(0, this.pausedUntilMs - this.nowMs());
+    return { room: pauseLeftMs > 0 ? 0 : Math.max(0, Math.floor(this.size) - outstanding), pauseLeftMs };
   }
 
   get limit(): number {

@@ -229,10 +229,10 @@ class Pusher {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
-      const room = this.window.room(this.outstanding);
+      const { room, pauseLeftMs } = this.window.now(this.outstanding);
       if (room === 0) {
-        // Backing off, or the window is full: a finished request nudges the loop.
-        await this.nap.sleep(this.window.pauseLeftMs() || undefined);
+        // Backing off until the pause ends, or the window is full: a finished request nudges the loop.
+        await this.nap.sleep(pauseLeftMs || undefined);
         continue;
       }
       try {
