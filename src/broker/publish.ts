@@ -78,6 +78,8 @@ const MAX_REFUSED_STAMPS = 3;
 export class Publisher {
   /** Per region and topic incarnation: the attached subscriptions this node last read (checked by publish). */
   private readonly attachments = new Map<string, Attachments>();
+  /** Per region and topic incarnation: the reading of its attached subscriptions under way. */
+  private readonly attachmentReads = new Map<string, Promise<Attachments>>();
   /**
    * Topic records a single-region broker reuses for the publishes of the next `rememberTopicMs`,
    * so that a publish need not read one. The record gives publish nothing but the incarnation
@@ -271,7 +273,23 @@ export class Publisher {
     }
   }
 
-  private async readAttachments(region: Region, topicUid: string): Promise<Attachments> {
+  /**
+   * The attached subscriptions of the incarnation, read for the publishes that do not have them:
+   * those that come while a reading is under way share it, so that they read them once and, with
+   * the same Attachments object, go to Redis in one batch (PublishBatches). A publish refused
+   * for changed attachments may share a reading begun before the change: refused again, it
+   * reads them anew.
+   */
+  private readAttachments(region: Region, topicUid: string): Promise<Attachments> {
+    const cacheKey = `${region.name}/${topicUid}`;
+    const underWay = this.attachmentReads.get(cacheKey);
+    if (underWay) return underWay;
+    const reading = this.readAttachmentsNow(region, topicUid).finally(() => this.attachmentReads.delete(cacheKey));
+    this.attachmentReads.set(cacheKey, reading);
+    return reading;
+  }
+
+  private async readAttachmentsNow(region: Region, topicUid: string): Promise<Attachments> {
     const { redis, keys } = region.ctx;
     const data = keys.topicData(topicUid);
     const [version, attached] = await Promise.all([

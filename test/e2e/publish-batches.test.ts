@@ -1,6 +1,8 @@
 // Publishes to one topic incarnation sent in the same turn of the event loop go to Redis as one
 // script (src/redis/calls/publish-batch.ts, publish-batch.lua), each stored as it would be alone.
 // On standalone and cluster:
+//   - the first publishes to a topic, sent together, read its attached subscriptions once and go
+//     in one batch;
 //   - many concurrent one-message publishes take fewer scripts than publishes, each answers its
 //     own message ID, and each message is stored once under that ID with its own data;
 //   - the holds flags they leave are those publishes one by one would leave;
@@ -46,6 +48,30 @@ async function ordersBroker(t: Test, target: RedisTarget) {
 }
 
 for (const target of redisTargets()) {
+  t.test(`${target.name}: the first publishes read the attached subscriptions once, and share a script`, async (t) => {
+    const { app } = await ordersBroker(t, target);
+    const { redis, keys } = app.broker.ctx;
+    const attached = keys.topicData((await app.broker.topics.read(TOPIC)).uid).attached;
+    const hgetall = redis.hgetall.bind(redis);
+    let readings = 0;
+    redis.hgetall = ((key: string) => {
+      if (key === attached) readings++;
+      return hgetall(key);
+    }) as typeof redis.hgetall;
+    t.teardown(() => {
+      redis.hgetall = hgetall;
+    });
+    const texts = Array.from({ length: 20 }, (_, i) => `message ${i}`);
+    const watch = watchScripts();
+    await Promise.all(
+      texts.map((text) => app.broker.delivery.publish(caller(), TOPIC, { messages: [{ data: Buffer.from(text) }] })),
+    );
+    const publishScripts = watch.scripts.filter((name) => name === 'publish' || name === 'publish-batch');
+    watch.stop();
+    t.equal(readings, 1, 'one reading of the attached subscriptions');
+    t.ok(publishScripts.length <= 2, `${publishScripts.length} scripts for ${texts.length} publishes`);
+  });
+
   t.test(`${target.name}: concurrent publishes share scripts, each stored once under its own ID`, async (t) => {
     const { app, api } = await ordersBroker(t, target);
     const record = await app.broker.topics.read(TOPIC);
