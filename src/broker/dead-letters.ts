@@ -1,4 +1,4 @@
-import { RECORD_REMEMBERED_MS, RememberedRecords } from './remembered-records.ts';
+import { TOPIC_REMEMBERED_MS, RememberedRecords } from './remembered-records.ts';
 import { cancelForwarding, type Forward, finishForwarding } from '../redis/calls/delivery.ts';
 import { GEN_EPOCH } from '../redis/calls/codes.ts';
 import { formatTimestampUs } from './durations.ts';
@@ -33,8 +33,8 @@ import type { TopicService } from './topics.ts';
  * pulls deliver such messages until the topic exists again.
  */
 export class DeadLetters {
-  /** Dead-letter topics read in the last RECORD_REMEMBERED_MS, and those found missing. */
-  private readonly topicsSeen = new RememberedRecords<TopicRecord>(true, RECORD_REMEMBERED_MS);
+  /** Dead-letter topics read in the last TOPIC_REMEMBERED_MS, and those found missing. */
+  private readonly topicsSeen = new RememberedRecords<TopicRecord>(true, TOPIC_REMEMBERED_MS);
 
   constructor(
     private readonly regions: Regions,

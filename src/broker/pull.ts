@@ -11,7 +11,7 @@ import { OutdatedRecord, type SubscriptionRecord, type TopicRecord } from './rec
 import type { Region, Regions } from './regions.ts';
 import type { DeadLetters } from './dead-letters.ts';
 import type { BrokerMetrics } from './metrics.ts';
-import { RECORD_REMEMBERED_MS, RememberedRecords } from './remembered-records.ts';
+import { TOPIC_REMEMBERED_MS, RememberedRecords } from './remembered-records.ts';
 import { topicRetentionUs } from './topic-fields.ts';
 import type { TopicService } from './topics.ts';
 import type { Settlement } from './settlement.ts';
@@ -19,17 +19,6 @@ import type { Waiter } from './wakeups.ts';
 
 export const MAX_PULL_MESSAGES = 1000;
 
-export interface PullOptions {
-  /** Overrides the subscription's ack deadline (streams lease with their streamAckDeadlineSeconds). */
-  deadlineSeconds?: number;
-  /** No further message once the leased bodies reach this many bytes (default MAX_PULL_BYTES). */
-  maxBytes?: number;
-  /**
-   * The record was remembered, not read for the pull (delivery.ts, withRecord): the script checks
-   * its version, and a pull that finds it may be outdated fails with OutdatedRecord.
-   */
-  remembered?: boolean;
-}
 /**
  * Message bytes one pull returns at most (at least one message always goes): 1000 messages of
  * 10 MB would not fit in Redis's Lua memory, nor in one JSON string.
@@ -48,6 +37,18 @@ const REMOTE_PULL_TIMEOUT_MS = 2_000;
  * reading them after the script would make two.
  */
 const INLINE_BODY_BYTES = 16 * 1024;
+
+export interface PullOptions {
+  /** Overrides the subscription's ack deadline (streams lease with their streamAckDeadlineSeconds). */
+  deadlineSeconds?: number;
+  /** No further message once the leased bodies reach this many bytes (default MAX_PULL_BYTES). */
+  maxBytes?: number;
+  /**
+   * The record was remembered, not read for the pull (delivery.ts, withRecord): the script checks
+   * its version, and a pull that finds it may be outdated fails with OutdatedRecord.
+   */
+  remembered?: boolean;
+}
 
 export interface ReceivedMessage {
   ackId: string;
@@ -114,7 +115,7 @@ export class Puller {
   ) {}
 
   /** Subscriptions' topics read in the last second (for their retention), and those found missing. */
-  private readonly topicsSeen = new RememberedRecords<TopicRecord>(true, RECORD_REMEMBERED_MS);
+  private readonly topicsSeen = new RememberedRecords<TopicRecord>(true, TOPIC_REMEMBERED_MS);
 
   /**
    * Leases up to `max` available messages once, without waiting, from every usable region

@@ -1,5 +1,5 @@
 /** How long pulls and dead-letter forwarding reuse a topic record they read. */
-export const RECORD_REMEMBERED_MS = 1000;
+export const TOPIC_REMEMBERED_MS = 1000;
 /** Records kept; past this, the longest kept is dropped. */
 const MAX_REMEMBERED_RECORDS = 10_000;
 

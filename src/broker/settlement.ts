@@ -67,32 +67,36 @@ export class Settlement {
     remembered = false,
   ): Promise<SettleOutcome> {
     return this.settle(record, await this.deliveriesOf(record, ackIds, remembered), 'ack', (region, members) =>
-      checked(remembered, this.acknowledgeMembers(region, record, members, remembered)),
+      this.acknowledgeMembers(region, record, members, remembered),
     );
   }
 
   /**
    * Runs the acknowledge script of the subscription's kind on lease members ("seq:gen"): also how
-   * a pull drops messages past the retention. `checkVersion`: the script checks the record's.
+   * a pull drops messages past the retention. `remembered`: as in acknowledgeDeliveries (see
+   * versionChecked).
    */
   acknowledgeMembers(
     { ctx }: Region,
     record: SubscriptionRecord,
     members: string[],
-    checkVersion = false,
+    remembered = false,
   ): Promise<SettleResult> {
     const data = ctx.keys.topicData(record.topicUid);
     const sub = data.subscription(record.uid);
     const time = ctx.clock.scriptTime();
-    const recordVersion = checkVersion ? record.version : undefined;
-    return record.enableMessageOrdering
-      ? acknowledgeOrdered(ctx.scripts, data, sub, {
-          time,
-          wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-          members,
-          recordVersion,
-        })
-      : acknowledge(ctx.scripts, data, sub, { time, members, recordVersion });
+    const recordVersion = remembered ? record.version : undefined;
+    return versionChecked(
+      remembered,
+      record.enableMessageOrdering
+        ? acknowledgeOrdered(ctx.scripts, data, sub, {
+            time,
+            wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+            members,
+            recordVersion,
+          })
+        : acknowledge(ctx.scripts, data, sub, { time, members, recordVersion }),
+    );
   }
 
   /** Sets new deadlines (0 = nack) and reports, per ack ID, what happened (as acknowledgeDeliveries). */
@@ -103,7 +107,7 @@ export class Settlement {
     remembered = false,
   ): Promise<SettleOutcome> {
     return this.settle(record, await this.deliveriesOf(record, ackIds, remembered), 'modack', (region, members) =>
-      checked(remembered, this.modifyMembers(region, record, members, seconds, undefined, remembered)),
+      this.modifyMembers(region, record, members, seconds, undefined, remembered),
     );
   }
 
@@ -189,17 +193,20 @@ export class Settlement {
     members: string[],
     seconds: number,
     mode?: 'release' | 'hold',
-    checkVersion = false,
+    remembered = false,
   ): Promise<SettleResult> {
     const sub = ctx.keys.topicData(record.topicUid).subscription(record.uid);
-    return modifyAckDeadline(ctx.scripts, sub, {
-      time: ctx.clock.scriptTime(),
-      seconds,
-      mode,
-      wakeChannel: ctx.keys.wakeChannel(record.topicUid),
-      members,
-      recordVersion: checkVersion ? record.version : undefined,
-    });
+    return versionChecked(
+      remembered,
+      modifyAckDeadline(ctx.scripts, sub, {
+        time: ctx.clock.scriptTime(),
+        seconds,
+        mode,
+        wakeChannel: ctx.keys.wakeChannel(record.topicUid),
+        members,
+        recordVersion: remembered ? record.version : undefined,
+      }),
+    );
   }
 
   /**
@@ -391,10 +398,10 @@ export class Settlement {
 const leaseMember = (delivery: Delivery) => `${delivery.seq}:${delivery.generation}`;
 
 /**
- * A settlement script's result, where a remembered record's script finding no subscription (or
- * newer settings) says the record may be outdated: it changed nothing.
+ * A settlement script's result. Run with a remembered record's version, a script that found no
+ * subscription (or newer settings) says the record may be outdated, and changed nothing.
  */
-async function checked(remembered: boolean, settling: Promise<SettleResult>): Promise<SettleResult> {
+async function versionChecked(remembered: boolean, settling: Promise<SettleResult>): Promise<SettleResult> {
   const settled = await settling;
   if (remembered && settled.kind === 'no-subscription') throw new OutdatedRecord();
   return settled;
