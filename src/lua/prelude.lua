@@ -291,11 +291,20 @@ local function count_log_retainer(retention_key, topic_uid, delta)
   if redis.call('HINCRBY', retention_key, topic_uid, delta) <= 0 then redis.call('HDEL', retention_key, topic_uid) end
 end
 
--- Calls fn with list[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of thousands).
+-- Calls fn with list[first..] in chunks of at most 1000 (Lua's unpack cannot take tens of
+-- thousands); fn must not change a chunk, which may be the list itself.
 local function in_chunks(list, first, fn)
-  for start = first, #list, 1000 do
-    local chunk = {}
-    for i = start, math.min(start + 999, #list) do chunk[#chunk + 1] = list[i] end
+  local size = #list
+  if first == 1 and size <= 1000 then
+    if size > 0 then fn(list) end
+    return
+  end
+  for start = first, size, 1000 do
+    local chunk, count = {}, 0
+    for i = start, math.min(start + 999, size) do
+      count = count + 1
+      chunk[count] = list[i]
+    end
     fn(chunk)
   end
 end
@@ -392,14 +401,18 @@ end
 -- are all it has, so their acknowledge leaves it idle without reading its range).
 -- -> how many are outstanding and whether they are all it has; nil for a queued (or idle) key.
 local function busy_count(state)
+  if state == '-1' then return 1, true end -- the common state, without parsing a number
   local count = tonumber(state)
   if not count then return nil, false end
   if count < 0 then return -count, true end
   return count, false
 end
 
+-- A string: Redis would write a number as a float, which costs more (and one message is the
+-- common count).
 local function busy_state(outstanding, all)
-  return all and -outstanding or outstanding
+  if outstanding == 1 then return all and '-1' or '1' end
+  return string.format(all and '-%d' or '%d', outstanding)
 end
 
 -- The one message of a key in state 'q<seq>' (nil for any other state).

@@ -219,20 +219,24 @@ end
 -- then the keyed deliveries of all of them in one read. What is not served goes back in front,
 -- in order.
 local function serve(entries)
-  local key_of, marked = {}, {}
+  local key_of, marked, keyed_count = {}, {}, 0
   for i, entry in ipairs(entries) do
     if string.sub(entry, 1, 2) == 'k:' then
       local key = string.sub(entry, 3)
       key_of[i] = key
-      marked[#marked + 1] = key
+      keyed_count = keyed_count + 1
+      marked[keyed_count] = key
     end
   end
-  local states = {}
+  local states, states_read = {}, 0
   in_chunks(marked, 1, function(chunk)
-    for _, state in ipairs(redis.call('HMGET', keys.states, unpack(chunk))) do states[#states + 1] = state end
+    for _, state in ipairs(redis.call('HMGET', keys.states, unpack(chunk))) do
+      states_read = states_read + 1
+      states[states_read] = state
+    end
   end)
   -- Entry i's key has count_of[i] seqs from seqs[first_of[i]] on (whole_of[i]: all of them).
-  local count_of, whole_of, seqs, first_of = {}, {}, {}, {}
+  local count_of, whole_of, seqs, first_of, seq_count = {}, {}, {}, {}, 0
   local wanted, taken, keyed_at = 0, #entries, 0
   for i = 1, #entries do
     if wanted >= remaining then
@@ -242,15 +246,19 @@ local function serve(entries)
     local key = key_of[i]
     if key then
       keyed_at = keyed_at + 1
-      first_of[i] = #seqs + 1
+      first_of[i] = seq_count + 1
       local only = only_seq(states[keyed_at])
       if only then
-        seqs[#seqs + 1] = only
+        seq_count = seq_count + 1
+        seqs[seq_count] = only
         count_of[i], whole_of[i] = 1, true
       else
         local min, max = key_range(key)
         local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
-        for _, member in ipairs(members) do seqs[#seqs + 1] = keyed_member_seq(member) end
+        for _, member in ipairs(members) do
+          seq_count = seq_count + 1
+          seqs[seq_count] = keyed_member_seq(member)
+        end
         count_of[i], whole_of[i] = #members, #members < remaining
       end
       wanted = wanted + count_of[i]
