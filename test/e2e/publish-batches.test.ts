@@ -78,7 +78,11 @@ for (const target of redisTargets()) {
     const wakes: number[] = [];
     const listener = target.connect();
     t.teardown(() => listener.disconnect());
-    listener.on('message', (_channel: string, count: string) => wakes.push(Number(count)));
+    // Counts only: on a cluster, the subscription's creation announced on the channel ('config')
+    // may reach this node after it subscribed.
+    listener.on('message', (_channel: string, count: string) => {
+      if (/^\d+$/.test(count)) wakes.push(Number(count));
+    });
     await listener.subscribe(app.broker.ctx.keys.wakeChannel(record.uid));
 
     // A first publish reads the topic's record and attached subscriptions, which the others use.
