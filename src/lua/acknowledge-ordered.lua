@@ -48,7 +48,7 @@ in_chunks(ARGV, 4, function(members)
     results[#results + 1] = RESULT[status]
     if status == 'valid' or status == 'expired' then
       ending[#ending + 1] = i
-      ending_seqs[#ending_seqs + 1] = (split_entry(member))
+      ending_seqs[#ending_seqs + 1] = entry_seq(member)
     end
   end
   if #ending == 0 then return end

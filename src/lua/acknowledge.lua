@@ -34,7 +34,7 @@ in_chunks(ARGV, 3, function(members)
     local status = lease_status(deadlines[i], now, exactly_once)
     if status == 'valid' or status == 'expired' then
       ended[#ended + 1] = member
-      seqs[#seqs + 1] = (split_entry(member))
+      seqs[#seqs + 1] = entry_seq(member)
     end
     results[#results + 1] = RESULT[status]
   end

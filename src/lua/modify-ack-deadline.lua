@@ -61,7 +61,7 @@ if holding then
   for _, code in ipairs(results) do
     if code ~= DELIVERY_APPLIED then return results end
   end
-  local deadline, held = now + seconds * 1000000, {}
+  local deadline, held = string.format('%.0f', now + seconds * 1000000), {}
   for i = FIRST_DELIVERY, #ARGV do
     held[#held + 1] = deadline
     held[#held + 1] = ARGV[i]

@@ -128,6 +128,19 @@ end
 -- the block is all but the last three, the field the last three (src/redis/keys.ts, SCHEMA.md).
 local SEQS_PER_BLOCK = 1000
 
+-- The decimal text of a whole number (a generation, a count). Lua turns a number into a string,
+-- in a concatenation or as an argument of redis.call, through sprintf's float formats, which
+-- cost more than most of what a pull does per message; a script run formats each number once.
+local int_texts = {}
+local function int_text(n)
+  local text = int_texts[n]
+  if not text then
+    text = string.format('%d', n)
+    int_texts[n] = text
+  end
+  return text
+end
+
 -- The key and field of message `seq`'s body (seq a decimal string). The last block's key is
 -- kept: a script's seqs come in runs from one publish, and a pull looks up a thousand of them.
 local located_prefix, located_block, located_key
@@ -352,6 +365,12 @@ local function split_entry(entry)
   return string.sub(entry, 1, colon - 1), tonumber(string.sub(entry, colon + 1))
 end
 
+-- The seq of a delivery entry, without reading its generation.
+local function entry_seq(entry)
+  local colon = string.find(entry, ':', 1, true)
+  return colon and string.sub(entry, 1, colon - 1) or entry
+end
+
 -- ---- Ordered delivery (used by pull, modify-ack-deadline, acknowledge-ordered, drop-subscription) ----
 -- A keyed message is the member <4-digit key length><key><16-digit seq> of the subscription's
 -- `keyed` ZSET (all scores 0), so one lexicographic range holds one key's messages in order.
@@ -359,14 +378,18 @@ local function key_prefix(key)
   return string.format('%04d', #key) .. key
 end
 
+-- Seqs are written in decimal without leading zeros (string.format '%d'), so padding the text
+-- gives what formatting the number with '%016d' would, without parsing and formatting it.
+local SEQ_PADDING = string.rep('0', 16)
 local function keyed_member(key, seq)
-  return key_prefix(key) .. string.format('%016d', tonumber(seq))
+  if type(seq) == 'number' then seq = string.format('%d', seq) end
+  return key_prefix(key) .. string.sub(SEQ_PADDING, #seq + 1) .. seq
 end
 
--- The seq of a keyed member, written as everywhere else ('%d': tostring would write a seq of
--- 15 digits or more in exponent form).
+-- The seq of a keyed member, written as everywhere else: its last 16 characters without the
+-- padding's zeros (a match, cheaper than parsing and formatting the number).
 local function keyed_member_seq(member)
-  return string.format('%d', tonumber(string.sub(member, -16)))
+  return string.match(member, '^0*(.+)', #member - 15)
 end
 
 -- Lexicographic range bounds of one key's members (the byte after the prefix is a digit).
@@ -390,9 +413,10 @@ local function split_keyed_delivery(info)
 end
 
 local function keyed_delivery(gen, state, key, uncounted, due)
-  if due then return gen .. '/' .. uncounted .. '/' .. string.format('%.0f', due) .. '|' .. state .. '|' .. key end
-  if uncounted > 0 then return gen .. '/' .. uncounted .. '|' .. state .. '|' .. key end
-  return gen .. '|' .. state .. '|' .. key
+  local head = int_text(gen)
+  if due then return head .. '/' .. int_text(uncounted) .. '/' .. string.format('%.0f', due) .. '|' .. state .. '|' .. key end
+  if uncounted > 0 then return head .. '/' .. int_text(uncounted) .. '|' .. state .. '|' .. key end
+  return head .. '|' .. state .. '|' .. key
 end
 
 -- A key's state in `key-states` (invariant 3 of SCHEMA.md): absent (idle), 'q' (queued),
@@ -408,11 +432,8 @@ local function busy_count(state)
   return count, false
 end
 
--- A string: Redis would write a number as a float, which costs more (and one message is the
--- common count).
 local function busy_state(outstanding, all)
-  if outstanding == 1 then return all and '-1' or '1' end
-  return string.format(all and '-%d' or '%d', outstanding)
+  return all and '-' .. int_text(outstanding) or int_text(outstanding)
 end
 
 -- The one message of a key in state 'q<seq>' (nil for any other state).

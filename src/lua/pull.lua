@@ -93,6 +93,8 @@ local oldest_kept = now - math.max(tonumber(config[2]), tonumber(ARGV[7]) or 0)
 -- unfinished forward over, with a claim of its own.
 local FORWARD_CLAIM_US = 30000000
 local claim_end = now + FORWARD_CLAIM_US
+-- Scores go to ZADD as text: a number would be formatted once per message.
+local deadline_text, claim_end_text = string.format('%.0f', deadline), string.format('%.0f', claim_end)
 local out = {REPLY_OK, '', oldest_kept, 0, with_attempts and 3 or 2, claim_end, 0, 0}
 -- bodiless: the messages dropped because their body is gone.
 local leases, forwards, claims, bodiless = {}, {}, {}, {}
@@ -107,8 +109,8 @@ end
 
 -- A new delivery (generation gen) of seq, its delivery attempt-th.
 local function lease(seq, gen, size, attempt)
-  leases[#leases + 1] = deadline
-  leases[#leases + 1] = seq .. ':' .. gen
+  leases[#leases + 1] = deadline_text
+  leases[#leases + 1] = seq .. ':' .. int_text(gen)
   out[#out + 1] = seq
   out[#out + 1] = gen
   if with_attempts then out[#out + 1] = attempt end
@@ -118,8 +120,8 @@ end
 
 -- Hands a message over to forward (or, a claim that ran out, again): claimed until then.
 local function forward(seq, gen, failed)
-  claims[#claims + 1] = claim_end
-  claims[#claims + 1] = seq .. ':' .. gen
+  claims[#claims + 1] = claim_end_text
+  claims[#claims + 1] = seq .. ':' .. int_text(gen)
   forwards[#forwards + 1] = seq
   forwards[#forwards + 1] = gen
   forwards[#forwards + 1] = failed
@@ -377,7 +379,7 @@ if #forwards == 0 and #leases > 0 and bytes <= tonumber(ARGV[9]) then
     for _, body in ipairs(redis.call('HMGET', block_key, unpack(fields))) do out[#out + 1] = body end
   end
   for i = 2, #leases, 2 do
-    local key, field = body_location(bodies_prefix, (split_entry(leases[i])))
+    local key, field = body_location(bodies_prefix, entry_seq(leases[i]))
     if key ~= block_key then
       read_run()
       block_key, fields = key, {}
