@@ -1,8 +1,8 @@
 // Publishes to one topic incarnation sent in the same turn of the event loop go to Redis as one
 // script (src/redis/calls/publish-batch.ts, publish-batch.lua), each stored as it would be alone.
 // On standalone and cluster:
-//   - the first publishes to a topic, sent together, read its attached subscriptions once and go
-//     in one batch;
+//   - the first publishes to a topic, sent together, read its attached subscriptions once and
+//     share a script (or a few: FEW_SCRIPTS);
 //   - many concurrent one-message publishes take fewer scripts than publishes, each answers its
 //     own message ID, and each message is stored once under that ID with its own data;
 //   - the holds flags they leave are those publishes one by one would leave;
@@ -31,6 +31,13 @@ import { caller } from '../helpers/work-subscription.ts';
 import type { Test } from 'tap';
 
 const P = '/v1/projects/p';
+/**
+ * The most scripts that publishes sent together may take. One is the rule; the reads that a
+ * publish may wait for first (a due reading of the Redis clock, the topic's record) can resume
+ * them in different turns of the event loop, which a loaded machine showed (three scripts for
+ * twenty publishes). Without batching there would be one per publish.
+ */
+const FEW_SCRIPTS = 4;
 const TOPIC = resourceName('topics', 'p', 'orders');
 
 /** A broker with the topic 'orders' and its subscription 'all'. */
@@ -69,7 +76,7 @@ for (const target of redisTargets()) {
     const publishScripts = watch.scripts.filter((name) => name === 'publish' || name === 'publish-batch');
     watch.stop();
     t.equal(readings, 1, 'one reading of the attached subscriptions');
-    t.ok(publishScripts.length <= 2, `${publishScripts.length} scripts for ${texts.length} publishes`);
+    t.ok(publishScripts.length <= FEW_SCRIPTS, `${publishScripts.length} scripts for ${texts.length} publishes`);
   });
 
   t.test(`${target.name}: concurrent publishes share scripts, each stored once under its own ID`, async (t) => {
@@ -104,9 +111,8 @@ for (const target of redisTargets()) {
     );
     const publishScripts = watch.scripts.filter((name) => name === 'publish' || name === 'publish-batch');
     watch.stop();
-    // All were sent in one turn (a reading of the Redis clock due meanwhile may split them), and
-    // alike but for their messages, as one publish of all of them.
-    t.ok(publishScripts.length <= 2, `${publishScripts.length} scripts for ${texts.length} publishes`);
+    // All were sent in one turn, and alike but for their messages, as one publish of all of them.
+    t.ok(publishScripts.length <= FEW_SCRIPTS, `${publishScripts.length} scripts for ${texts.length} publishes`);
 
     const ids = answers.map(({ messageIds }) => {
       t.equal(messageIds.length, 1);
