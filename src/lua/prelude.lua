@@ -378,11 +378,10 @@ local function key_prefix(key)
   return string.format('%04d', #key) .. key
 end
 
--- Seqs are written in decimal without leading zeros (string.format '%d'), so padding the text
--- gives what formatting the number with '%016d' would, without parsing and formatting it.
+-- seq is a seq's text, written in decimal without leading zeros everywhere, so padding it gives
+-- what formatting the number with '%016d' would, without parsing and formatting it.
 local SEQ_PADDING = string.rep('0', 16)
 local function keyed_member(key, seq)
-  if type(seq) == 'number' then seq = string.format('%d', seq) end
   return key_prefix(key) .. string.sub(SEQ_PADDING, #seq + 1) .. seq
 end
 

@@ -13,8 +13,8 @@ import { atTurnEnd } from './turn-end.ts';
  * and Redis wakes up once per command, reads it and answers it in a write of its own. Corking
  * the socket at the first write of a turn and uncorking it when the turn's I/O callbacks are done
  * (turn-end.ts, after the publishes gathered in the turn are sent) sends what those callbacks sent
- * in one writev, which Redis reads at once and answers in one write. A lone command waits only for the rest of its turn:
- * the callbacks already due, never a timer.
+ * in one writev, which Redis reads at once and answers in one write. A lone command waits only
+ * for the rest of its turn: the callbacks already due, never a timer.
  *
  * ioredis offers enableAutoPipelining for a similar purpose, but it gathers commands only until
  * process.nextTick, which runs after each I/O callback, so the commands of requests arriving on

@@ -1,6 +1,7 @@
 // Which scripts this process runs while a piece of work runs: the broker runs in the test's own
-// process, and every script goes through Scripts.run, runForBuffers, runEncoded or runStaged (the wrappers in
-// src/redis/calls/), so counting those calls counts the scripts one request costs.
+// process, and every script goes through Scripts.run, runForBuffers, runEncoded or runStaged
+// (the wrappers in src/redis/calls/), so counting those calls counts the scripts one request
+// costs.
 
 import { type ScriptName, Scripts } from '../../src/redis/scripts.ts';
 

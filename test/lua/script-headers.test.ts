@@ -291,24 +291,19 @@ interface Sent {
 
 /** A Scripts that records what it is asked to run and answers `reply`, without Redis. */
 function recordingScripts(sent: Sent[], reply: unknown): Scripts {
+  const record = async (name: ScriptName, keys: string[], args: unknown[]) => {
+    sent.push({ name, keys, argv: args.length });
+    return reply;
+  };
   return Object.assign(Object.create(Scripts.prototype) as Scripts, {
-    run: async (name, keys, args) => {
-      sent.push({ name, keys, argv: args.length });
-      return reply;
-    },
-    runForBuffers: async (name, keys, args) => {
-      sent.push({ name, keys, argv: args.length });
-      return reply;
-    },
+    run: record,
+    runForBuffers: record,
     runEncoded: async (name, keys, args, trailing) => {
       sent.push({ name, keys, argv: args.length + trailing.count });
       return reply;
     },
     // The bodies go to the staging key, not to the script.
-    runStaged: async (name, keys, args) => {
-      sent.push({ name, keys, argv: args.length });
-      return reply;
-    },
+    runStaged: record,
   } satisfies Pick<Scripts, 'run' | 'runForBuffers' | 'runEncoded' | 'runStaged'>);
 }
 
