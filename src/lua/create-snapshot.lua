@@ -42,7 +42,7 @@ local function hold(seq)
   end
 end
 for _, entry in ipairs(held_entries(KEYS[3], KEYS[4], KEYS[5], KEYS[6])) do
-  if string.sub(entry, 1, 2) ~= 'k:' then hold((split_entry(entry))) end
+  if not is_key_marker(entry) then hold((split_entry(entry))) end
 end
 for _, member in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do hold(keyed_member_seq(member)) end
 

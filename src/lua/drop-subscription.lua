@@ -38,7 +38,7 @@ if redis.call('HDEL', KEYS[13], ARGV[1]) == 1 then update_retention(state_key, K
 local seqs = {}
 -- A ready-list entry holds its message's body; a key marker holds nothing.
 local function release_entry(entry)
-  if string.sub(entry, 1, 2) ~= 'k:' then seqs[#seqs + 1] = (split_entry(entry)) end
+  if not is_key_marker(entry) then seqs[#seqs + 1] = (split_entry(entry)) end
 end
 for _, entry in ipairs(redis.call('LPOP', ready_key, batch) or {}) do release_entry(entry) end
 -- A run entry stands for up to a thousand messages: entries until their messages make a batch.

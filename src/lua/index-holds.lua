@@ -26,7 +26,7 @@ local function add(seq)
   seqs[#seqs + 1] = seq
 end
 for _, entry in ipairs(held_entries(KEYS[2], KEYS[4], KEYS[3], KEYS[5])) do
-  if string.sub(entry, 1, 2) ~= 'k:' then add((split_entry(entry))) end
+  if not is_key_marker(entry) then add((split_entry(entry))) end
 end
 for _, member in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do add(keyed_member_seq(member)) end
 mark_holds({ flags = KEYS[7], blocks = KEYS[8] }, seqs, '1')

@@ -335,13 +335,20 @@ local function hold_bodies(refs_key, seqs)
   end)
 end
 
+-- A key marker "k:<key>" (ready list, delayed set) stands for an ordering key; every other entry
+-- starts with a seq's digits. Told by its first two bytes, without making a string of them.
+local function is_key_marker(entry)
+  local first, second = string.byte(entry, 1, 2)
+  return first == 107 and second == 58 -- 'k', ':'
+end
+
 -- A delayed entry "<first>-<last>" is a run: the consecutive seqs first .. last, none delivered
 -- yet, scheduled for one time (publish.lua); the subscription config's inRuns counts what runs
 -- hold beyond one entry each. Calls fn with each entry an entry stands for (a key marker
 -- "k:<key>" is itself, whatever its key).
 local function each_entry(entry, fn)
   local dash = string.find(entry, '-', 1, true)
-  if not dash or string.sub(entry, 1, 2) == 'k:' then return fn(entry) end
+  if not dash or is_key_marker(entry) then return fn(entry) end
   for seq = tonumber(string.sub(entry, 1, dash - 1)), tonumber(string.sub(entry, dash + 1)) do
     fn(string.format('%d', seq))
   end
@@ -374,15 +381,27 @@ end
 -- ---- Ordered delivery (used by pull, modify-ack-deadline, acknowledge-ordered, drop-subscription) ----
 -- A keyed message is the member <4-digit key length><key><16-digit seq> of the subscription's
 -- `keyed` ZSET (all scores 0), so one lexicographic range holds one key's messages in order.
+-- Each length's 4 digits are formatted once per script run.
+local key_length_texts = {}
+local function key_length_text(key)
+  local length = #key
+  local text = key_length_texts[length]
+  if not text then
+    text = string.format('%04d', length)
+    key_length_texts[length] = text
+  end
+  return text
+end
+
 local function key_prefix(key)
-  return string.format('%04d', #key) .. key
+  return key_length_text(key) .. key
 end
 
 -- seq is a seq's text, written in decimal without leading zeros everywhere, so padding it gives
 -- what formatting the number with '%016d' would, without parsing and formatting it.
 local SEQ_PADDING = string.rep('0', 16)
 local function keyed_member(key, seq)
-  return key_prefix(key) .. string.sub(SEQ_PADDING, #seq + 1) .. seq
+  return key_length_text(key) .. key .. string.sub(SEQ_PADDING, #seq + 1) .. seq
 end
 
 -- The seq of a keyed member, written as everywhere else: its last 16 characters without the
@@ -432,12 +451,13 @@ local function busy_count(state)
 end
 
 local function busy_state(outstanding, all)
+  if all and outstanding == 1 then return '-1' end -- the common state, without a concatenation
   return all and '-' .. int_text(outstanding) or int_text(outstanding)
 end
 
 -- The one message of a key in state 'q<seq>' (nil for any other state).
 local function only_seq(state)
-  if state and #state > 1 and string.sub(state, 1, 1) == 'q' then return string.sub(state, 2) end
+  if state and #state > 1 and string.byte(state, 1) == 113 --[[ 'q' ]] then return string.sub(state, 2) end
   return nil
 end
 

@@ -223,7 +223,7 @@ end
 local function serve(entries)
   local key_of, marked, keyed_count = {}, {}, 0
   for i, entry in ipairs(entries) do
-    if string.sub(entry, 1, 2) == 'k:' then
+    if is_key_marker(entry) then
       local key = string.sub(entry, 3)
       key_of[i] = key
       keyed_count = keyed_count + 1

@@ -108,7 +108,7 @@ local function read_ready()
   for i = #entries, 1, -1 do
     local entry = entries[i]
     local back = string.format('%d', len - 1 - (low + i - 1))
-    if string.sub(entry, 1, 2) ~= 'k:' then
+    if not is_key_marker(entry) then
       local seq, gen = split_entry(entry)
       item(entry, back, seq, 'a', attempts_of(gen), nil)
     end
@@ -168,7 +168,7 @@ end
 local function read_delayed()
   local room = budget - examined
   local member, inside = after_b, nil
-  local at = string.sub(after_b, 1, 2) ~= 'k:' and string.find(after_b, '@', 1, true)
+  local at = not is_key_marker(after_b) and string.find(after_b, '@', 1, true)
   if at then member, inside = string.sub(after_b, 1, at - 1), tonumber(string.sub(after_b, at + 1)) end
   local first = zset_index_after(delayed_key, after_a, member)
   local entries = redis.call('ZRANGE', delayed_key, first, first + room - 1, 'WITHSCORES')
@@ -193,7 +193,7 @@ local function read_delayed()
     else
       if read >= room then return {entries[2 * j - 2], entries[2 * j - 3]} end
       read, examined = read + 1, examined + 1
-      if string.sub(entry, 1, 2) ~= 'k:' then
+      if not is_key_marker(entry) then
         local seq, gen = split_entry(entry)
         local attempts = attempts_of(gen)
         item(score, entry, seq, attempts == 0 and 's' or 'b', attempts, tonumber(score))

@@ -130,7 +130,7 @@ local waiting_now = redis.call('ZRANGEBYSCORE', delayed_key, after_now, '+inf', 
 for i = 1, #waiting_now, 2 do
   local time = tonumber(waiting_now[i + 1])
   each_entry(waiting_now[i], function(entry)
-    if string.sub(entry, 1, 2) == 'k:' then return end
+    if is_key_marker(entry) then return end
     local seq, gen = split_entry(entry)
     if attempts_of(gen) == 0 then scheduled[seq] = time end
   end)
