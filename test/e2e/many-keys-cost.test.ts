@@ -5,13 +5,12 @@
 // acknowledge reads none either), one body size per message, and write each structure once per
 // call, not once per key. Keys holding several messages cost the pull one range read each, and
 // their acknowledge none. A message published to a key while the key's messages are out puts a
-// range read back into that acknowledge, and is delivered next. Counted, never timed: MONITOR
-// shows every command the scripts run, and only those naming this test's keys are counted.
+// range read back into that acknowledge, and is delivered next. Counted, never timed
+// (countScriptCommands).
 
-import net from 'node:net';
 import t, { type Test } from 'tap';
 import { b64, startBroker, type TestBroker, unb64 } from '../helpers/app.ts';
-import { REDIS_HOST, standalonePort } from '../setup/redis-config.ts';
+import { countScriptCommands } from '../helpers/commands.ts';
 
 const KEYS = 200;
 const topic = '/v1/projects/p/topics/keys';
@@ -30,35 +29,6 @@ async function publish(broker: TestBroker, key: number, data: string[]): Promise
   });
 }
 
-/** Every command the scripts of `broker` ran during `work`, by name, read off MONITOR. */
-async function countCommands(t: Test, broker: TestBroker, work: () => Promise<void>): Promise<Map<string, number>> {
-  // MONITOR's lines, read off a plain socket ('+<time> [<db> lua] "<command>" "<arg>" ...').
-  const commands = new Map<string, number>();
-  const end = `${broker.prefix}:end-of-count`;
-  let ended = false;
-  const monitor = net.connect(standalonePort(), REDIS_HOST);
-  t.teardown(() => monitor.destroy());
-  let pending = '';
-  monitor.on('data', (chunk) => {
-    const lines = (pending + chunk.toString('latin1')).split('\r\n');
-    pending = lines.pop()!;
-    for (const line of lines) {
-      if (line.includes(end)) ended = true;
-      const command = / \[\d+ lua\] "([a-zA-Z]+)" "([^"]*)"/.exec(line);
-      if (!command?.[2].startsWith(broker.prefix)) continue;
-      const name = command[1].toUpperCase();
-      commands.set(name, (commands.get(name) ?? 0) + 1);
-    }
-  });
-  await new Promise<void>((resolve) => monitor.write('MONITOR\r\n', () => resolve()));
-  await new Promise((resolve) => monitor.once('data', resolve));
-  await work();
-  await broker.redis.get(end);
-  while (!ended) await new Promise((resolve) => setTimeout(resolve, 10));
-  monitor.destroy();
-  return commands;
-}
-
 async function pull(broker: TestBroker): Promise<any[]> {
   const pulled = await broker.api('POST', `${sub}:pull`, { maxMessages: 1000, returnImmediately: true });
   return pulled.body.receivedMessages ?? [];
@@ -74,7 +44,7 @@ t.test('a pull and its acknowledge run a bounded number of commands per ordering
   for (let key = 0; key < KEYS; key++) await publish(broker, key, [`${key}`]);
 
   let received: any[] = [];
-  const commands = await countCommands(t, broker, async () => {
+  const commands = await countScriptCommands(t, broker, async () => {
     received = await pull(broker);
     await acknowledge(t, broker, received);
   });
@@ -94,7 +64,7 @@ t.test('keys with several messages: one range read each in the pull, none in the
   for (let key = 0; key < KEYS; key++) await publish(broker, key, ['b', 'c']);
 
   let received: any[] = [];
-  const commands = await countCommands(t, broker, async () => {
+  const commands = await countScriptCommands(t, broker, async () => {
     received = await pull(broker);
     await acknowledge(t, broker, received);
   });
@@ -111,7 +81,7 @@ t.test('a message published while its key is out is delivered after the acknowle
   // Half the keys get a second message while the first is outstanding.
   for (let key = 0; key < KEYS; key += 2) await publish(broker, key, ['second']);
 
-  const commands = await countCommands(t, broker, () => acknowledge(t, broker, first));
+  const commands = await countScriptCommands(t, broker, () => acknowledge(t, broker, first));
   t.equal(commands.get('ZRANGEBYLEX') ?? 0, KEYS / 2, 'the acknowledge reads the range of each key published to');
   const second = await pull(broker);
   t.same(

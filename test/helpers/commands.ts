@@ -1,8 +1,13 @@
-// Which Redis commands one connection sends while a piece of work runs: every command of ioredis
-// (scripts, pipelines, transactions too) goes through its client's sendCommand, so counting
-// those calls counts what the broker asks of that Redis. Counted, never timed.
+// Which Redis commands run while a piece of work runs. countCommands: what one connection sends
+// (every command of ioredis, scripts, pipelines and transactions too, goes through its client's
+// sendCommand), so what the broker asks of that Redis. countScriptCommands: what the scripts run
+// inside Redis. Counted, never timed.
 
+import net from 'node:net';
 import type { Cluster, Redis } from 'ioredis';
+import type { Test } from 'tap';
+import { REDIS_HOST, standalonePort } from '../setup/redis-config.ts';
+import type { TestBroker } from './app.ts';
 
 export interface CommandCount {
   /** How many of each command (upper case) were sent since the count began. */
@@ -29,4 +34,40 @@ export function countCommands(redis: Redis | Cluster): CommandCount {
       redis.sendCommand = original;
     },
   };
+}
+
+/**
+ * Every command the scripts of `broker` (on the standalone test server) ran during `work`, by
+ * name: MONITOR shows every command a script runs, and only those naming the broker's keys count.
+ */
+export async function countScriptCommands(
+  t: Test,
+  broker: TestBroker,
+  work: () => Promise<void>,
+): Promise<Map<string, number>> {
+  // MONITOR's lines, read off a plain socket ('+<time> [<db> lua] "<command>" "<arg>" ...').
+  const commands = new Map<string, number>();
+  const end = `${broker.prefix}:end-of-count`;
+  let ended = false;
+  const monitor = net.connect(standalonePort(), REDIS_HOST);
+  t.teardown(() => monitor.destroy());
+  let pending = '';
+  monitor.on('data', (chunk) => {
+    const lines = (pending + chunk.toString('latin1')).split('\r\n');
+    pending = lines.pop()!;
+    for (const line of lines) {
+      if (line.includes(end)) ended = true;
+      const command = / \[\d+ lua\] "([a-zA-Z]+)" "([^"]*)"/.exec(line);
+      if (!command?.[2].startsWith(broker.prefix)) continue;
+      const name = command[1].toUpperCase();
+      commands.set(name, (commands.get(name) ?? 0) + 1);
+    }
+  });
+  await new Promise<void>((resolve) => monitor.write('MONITOR\r\n', () => resolve()));
+  await new Promise((resolve) => monitor.once('data', resolve));
+  await work();
+  await broker.redis.get(end);
+  while (!ended) await new Promise((resolve) => setTimeout(resolve, 10));
+  monitor.destroy();
+  return commands;
 }
