@@ -461,16 +461,24 @@ local function only_seq(state)
   return nil
 end
 
+-- The state of a queued key whose range begins with `members` (its first two members, or all
+-- it has): 'q<seq>' when seq is its only message, so that the pull that takes it reads no range.
+local function queued_state(members)
+  if #members == 1 then return 'q' .. keyed_member_seq(members[1]) end
+  return 'q'
+end
+
 -- Makes a free key deliverable again: it goes to the ready list if it still has messages, or,
 -- when `due` (µs) is given, to the delayed set until then (its head waits out a retry backoff).
 -- keys: {keyed, states, ready, delayed}
 local function release_key(keys, key, to_front, due)
   local min, max = key_range(key)
-  if #redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, 1) == 0 then
+  local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, 2)
+  if #members == 0 then
     redis.call('HDEL', keys.states, key)
     return false
   end
-  redis.call('HSET', keys.states, key, 'q')
+  redis.call('HSET', keys.states, key, queued_state(members))
   if due then
     redis.call('ZADD', keys.delayed, due, 'k:' .. key)
   else
@@ -485,11 +493,12 @@ local function release_keys(keys, list)
   local idle, queued, markers = {}, {}, {}
   for _, key in ipairs(list) do
     local min, max = key_range(key)
-    if #redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, 1) == 0 then
+    local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, 2)
+    if #members == 0 then
       idle[#idle + 1] = key
     else
       queued[#queued + 1] = key
-      queued[#queued + 1] = 'q'
+      queued[#queued + 1] = queued_state(members)
       markers[#markers + 1] = 'k:' .. key
     end
   end

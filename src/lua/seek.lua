@@ -262,10 +262,15 @@ local function unack(seq, gen, key)
       deliveries[#deliveries + 1] = seq
       deliveries[#deliveries + 1] = keyed_delivery(gen, 'w', key, uncounted[seq] or 0, due)
     end
-    if not queued_keys[key] then
-      queued_keys[key] = true
-      redis.call('HSET', states_key, key, 'q')
+    -- A key is queued with its first message as its only one ('q<seq>'), until a second comes.
+    local queued = queued_keys[key]
+    if not queued then
+      queued_keys[key] = 'one'
+      redis.call('HSET', states_key, key, 'q' .. seq)
       ready[#ready + 1] = 'k:' .. key
+    elseif queued == 'one' then
+      queued_keys[key] = 'more'
+      redis.call('HSET', states_key, key, 'q')
     end
   else
     local entry = gen > 0 and (seq .. ':' .. gen) or seq

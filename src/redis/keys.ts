@@ -284,7 +284,7 @@ export interface SubscriptionKeys {
   keyed: string;
   /** Ordered subscriptions only: seq -> "gen|o|key" (outstanding) or "gen|w|key" (waiting again); see SCHEMA.md. */
   keyedDeliveries: string;
-  /** Ordered subscriptions only: key -> "q" (queued in the ready list) or outstanding count. */
+  /** Ordered subscriptions only: key -> "q" or "q<seq>" (queued in the ready list) or outstanding count; see SCHEMA.md. */
   keyStates: string;
   /**
    * Filtered subscriptions of a retaining topic only: block -> one character per message of the
