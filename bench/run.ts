@@ -414,8 +414,10 @@ async function main(): Promise<void> {
     ) => {
       await createTopic(client, topicId, [{ id: subscriptionId, exactlyOnce }]);
       record(publishKey, await measure(publishKey, () => publishMessages(publishKey, topicId)));
-      if (!pullKey) return;
-      record(pullKey, await measure(pullKey, () => drainMessages(pullKey, subscriptionId)));
+      if (pullKey) record(pullKey, await measure(pullKey, () => drainMessages(pullKey, subscriptionId)));
+      // Every workload leaves the project as it found it: the metrics workload fills it up to its
+      // limit of subscriptions.
+      await deleteTopic(client, topicId, [subscriptionId]);
     };
 
     /**
