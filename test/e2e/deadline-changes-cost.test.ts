@@ -2,7 +2,8 @@
 // the messages it receives, and again while it holds them) reads and writes leases a thousand at
 // a time: a lease costs a share of one ZMSCORE and one ZADD, never a command of its own. Each ack
 // ID is still judged on its own: a live lease gets its new deadline, one already acknowledged
-// changes nothing. Counted, never timed (countScriptCommands); time is the broker's manual clock.
+// changes nothing and is the one failure the answer names. Counted, never timed
+// (countScriptCommands); time is the broker's manual clock.
 
 import t from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
@@ -24,7 +25,12 @@ t.test(
     const clock = new ManualClock();
     const broker = await startBroker(t, { name: 'deadline-changes', clock });
     await broker.api('PUT', topic, {});
-    await broker.api('PUT', sub, { topic: 'projects/p/topics/deadlines', ackDeadlineSeconds: 10 });
+    // Exactly-once: the answer names each ack ID that changed nothing.
+    await broker.api('PUT', sub, {
+      topic: 'projects/p/topics/deadlines',
+      ackDeadlineSeconds: 10,
+      enableExactlyOnceDelivery: true,
+    });
     for (let sent = 0; sent < MESSAGES; sent += 500) {
       const messages = Array.from({ length: 500 }, (_, i) => ({ data: b64(`${sent + i}`) }));
       t.equal((await broker.api('POST', `${topic}:publish`, { messages })).status, 200);
@@ -41,7 +47,12 @@ t.test(
 
     const commands = await countScriptCommands(t, broker, async () => {
       const changed = await broker.api('POST', `${sub}:modifyAckDeadline`, { ackIds, ackDeadlineSeconds: 60 });
-      t.equal(changed.status, 200);
+      t.equal(changed.status, 400, 'one ack ID failed');
+      t.same(
+        changed.body.error.details[0].metadata,
+        { [acked.ackId]: 'PERMANENT_FAILURE_INVALID_ACK_ID' },
+        'the acknowledged one, and only it',
+      );
     });
     t.equal(commands.get('ZMSCORE'), 3, 'the deadlines read a thousand at a time');
     t.equal(commands.get('ZADD'), 3, 'and written a thousand at a time');
