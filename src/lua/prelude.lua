@@ -128,18 +128,23 @@ end
 -- the block is all but the last three, the field the last three (src/redis/keys.ts, SCHEMA.md).
 local SEQS_PER_BLOCK = 1000
 
--- The decimal text of a whole number (a generation, a count). Lua turns a number into a string,
--- in a concatenation or as an argument of redis.call, through sprintf's float formats, which
--- cost more than most of what a pull does per message; a script run formats each number once.
-local int_texts = {}
-local function int_text(n)
-  local text = int_texts[n]
-  if not text then
-    text = string.format('%d', n)
-    int_texts[n] = text
+-- Whole numbers as text, in one format. Lua turns a number into a string, in a concatenation or
+-- as an argument of redis.call, through sprintf's float formats, which cost more than most of
+-- what a pull does per message: a script run formats each number once per format.
+local function number_texts(format)
+  local texts = {}
+  return function(n)
+    local text = texts[n]
+    if not text then
+      text = string.format(format, n)
+      texts[n] = text
+    end
+    return text
   end
-  return text
 end
+
+-- The decimal text of a whole number (a generation, a count).
+local int_text = number_texts('%d')
 
 -- The key and field of message `seq`'s body (seq a decimal string). The last block's key is
 -- kept: a script's seqs come in runs from one publish, and a pull looks up a thousand of them.
@@ -381,27 +386,17 @@ end
 -- ---- Ordered delivery (used by pull, modify-ack-deadline, acknowledge-ordered, drop-subscription) ----
 -- A keyed message is the member <4-digit key length><key><16-digit seq> of the subscription's
 -- `keyed` ZSET (all scores 0), so one lexicographic range holds one key's messages in order.
--- Each length's 4 digits are formatted once per script run.
-local key_length_texts = {}
-local function key_length_text(key)
-  local length = #key
-  local text = key_length_texts[length]
-  if not text then
-    text = string.format('%04d', length)
-    key_length_texts[length] = text
-  end
-  return text
-end
+local key_length_text = number_texts('%04d')
 
 local function key_prefix(key)
-  return key_length_text(key) .. key
+  return key_length_text(#key) .. key
 end
 
 -- seq is a seq's text, written in decimal without leading zeros everywhere, so padding it gives
 -- what formatting the number with '%016d' would, without parsing and formatting it.
 local SEQ_PADDING = string.rep('0', 16)
 local function keyed_member(key, seq)
-  return key_length_text(key) .. key .. string.sub(SEQ_PADDING, #seq + 1) .. seq
+  return key_length_text(#key) .. key .. string.sub(SEQ_PADDING, #seq + 1) .. seq
 end
 
 -- The seq of a keyed member, written as everywhere else: its last 16 characters without the

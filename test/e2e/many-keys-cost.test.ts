@@ -35,6 +35,14 @@ async function pull(broker: TestBroker): Promise<any[]> {
   return pulled.body.receivedMessages ?? [];
 }
 
+/** The data of received messages, by ordering key, in the order received. */
+function dataByKey(received: any[]): Map<string, string[]> {
+  const byKey = new Map<string, string[]>();
+  for (const m of received)
+    byKey.set(m.message.orderingKey, [...(byKey.get(m.message.orderingKey) ?? []), unb64(m.message.data)]);
+  return byKey;
+}
+
 async function acknowledge(t: Test, broker: TestBroker, received: any[]): Promise<void> {
   const acked = await broker.api('POST', `${sub}:acknowledge`, { ackIds: received.map((m: any) => m.ackId) });
   t.equal(acked.status, 200);
@@ -95,9 +103,7 @@ t.test('messages published while their key is out are delivered after the acknow
     KEYS / 4,
     'a key queued again with one message names it: the next pull reads only the ranges of the others',
   );
-  const byKey = new Map<string, string[]>();
-  for (const m of second)
-    byKey.set(m.message.orderingKey, [...(byKey.get(m.message.orderingKey) ?? []), unb64(m.message.data)]);
+  const byKey = dataByKey(second);
   t.same(
     [...byKey].sort(),
     Array.from({ length: KEYS }, (_, key) => [`key-${key}`, later(key)] as const)
@@ -126,9 +132,7 @@ t.test('after a seek, a key with one message is served without a range read', as
     KEYS / 2,
     'a range read for each key with two messages, none for the others',
   );
-  const byKey = new Map<string, string[]>();
-  for (const m of received)
-    byKey.set(m.message.orderingKey, [...(byKey.get(m.message.orderingKey) ?? []), unb64(m.message.data)]);
+  const byKey = dataByKey(received);
   t.same(byKey.get('key-0'), ['a', 'b'], 'in order');
   await acknowledge(t, broker, received);
   t.same(await pull(broker), [], 'nothing is left');
