@@ -128,6 +128,38 @@ for (const target of redisTargets()) {
   });
 }
 
+// A hold extends the leases before anything is published; Lua's unpack takes at most about 8,000
+// values, so a hold writes its deadlines a thousand leases at a time.
+t.test('4,500 ack IDs at once are held, acked and followed up', async (t) => {
+  const LEASES = 4500;
+  const clock = new ManualClock();
+  const broker = await startBroker(t, { clock, name: 'ack-and-publish-many' });
+  await broker.api('PUT', `${P}/topics/jobs`, {});
+  await broker.api('PUT', `${P}/topics/follow-ups`, {});
+  await broker.api('PUT', `${P}/subscriptions/work`, { topic: JOBS, ackDeadlineSeconds: 60 });
+  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
+  for (let sent = 0; sent < LEASES; sent += 500) {
+    const messages = Array.from({ length: 500 }, (_, i) => ({ data: b64(`job-${sent + i}`) }));
+    await broker.api('POST', `${P}/topics/jobs:publish`, { messages });
+  }
+  const ackIds: string[] = [];
+  while (ackIds.length < LEASES) {
+    const pulled = await broker.api('POST', `${P}/subscriptions/work:pull`, {
+      maxMessages: 1000,
+      returnImmediately: true,
+    });
+    ackIds.push(...(pulled.body.receivedMessages ?? []).map((r: { ackId: string }) => r.ackId));
+  }
+  const { result: answer, scripts } = await scriptsRunBy(() =>
+    ackAndPublish(broker, 'work', { ackIds, publish: [{ topic: FOLLOW_UPS, messages: [{ data: b64('all done') }] }] }),
+  );
+  t.equal(answer.status, 200, 'answered');
+  t.same(scripts, ['modify-ack-deadline', 'publish', 'acknowledge'], 'held, published, acked');
+  t.same(texts(await receive(broker, 'done')), ['all done'], 'the follow-up once');
+  clock.advanceSeconds(61);
+  t.same(await pullNow(broker, 'work'), [], 'every job was acked: none comes back past its deadline');
+});
+
 t.test('an ack ID that is not current publishes nothing and says which failed', async (t) => {
   const clock = new ManualClock();
   const broker = await startBroker(t, { clock, name: 'ack-and-publish-stale' });
