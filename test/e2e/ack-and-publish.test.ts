@@ -4,7 +4,7 @@
 // and on the cluster with the topics on different shards. The same processing again (a
 // redelivery after a lost answer) publishes nothing twice. Every bad input changes nothing.
 
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { ManualClock } from '../../src/broker/clock.ts';
 import { b64, startBroker, type TestBroker, unb64 } from '../helpers/app.ts';
 import { redisTargets } from '../helpers/redis.ts';
@@ -37,6 +37,20 @@ async function receive(broker: TestBroker, subscription: string) {
     });
   }
   return received;
+}
+
+/**
+ * A broker on a manual clock with two topics, jobs and follow-ups: subscription `work` to the
+ * jobs (with the settings `work`), and `done` to the follow-ups.
+ */
+async function jobsBroker(t: Test, name: string, work: Record<string, unknown>) {
+  const clock = new ManualClock();
+  const broker = await startBroker(t, { clock, name });
+  await broker.api('PUT', `${P}/topics/jobs`, {});
+  await broker.api('PUT', `${P}/topics/follow-ups`, {});
+  await broker.api('PUT', `${P}/subscriptions/work`, { topic: JOBS, ...work });
+  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
+  return { clock, broker };
 }
 
 const texts = (received: { message: { data: string } }[]) => received.map((r) => unb64(r.message.data));
@@ -132,12 +146,7 @@ for (const target of redisTargets()) {
 // values, so a hold writes its deadlines a thousand leases at a time.
 t.test('4,500 ack IDs at once are held, acked and followed up', async (t) => {
   const LEASES = 4500;
-  const clock = new ManualClock();
-  const broker = await startBroker(t, { clock, name: 'ack-and-publish-many' });
-  await broker.api('PUT', `${P}/topics/jobs`, {});
-  await broker.api('PUT', `${P}/topics/follow-ups`, {});
-  await broker.api('PUT', `${P}/subscriptions/work`, { topic: JOBS, ackDeadlineSeconds: 60 });
-  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
+  const { clock, broker } = await jobsBroker(t, 'ack-and-publish-many', { ackDeadlineSeconds: 60 });
   for (let sent = 0; sent < LEASES; sent += 500) {
     const messages = Array.from({ length: 500 }, (_, i) => ({ data: b64(`job-${sent + i}`) }));
     await broker.api('POST', `${P}/topics/jobs:publish`, { messages });
@@ -161,12 +170,7 @@ t.test('4,500 ack IDs at once are held, acked and followed up', async (t) => {
 });
 
 t.test('an ack ID that is not current publishes nothing and says which failed', async (t) => {
-  const clock = new ManualClock();
-  const broker = await startBroker(t, { clock, name: 'ack-and-publish-stale' });
-  await broker.api('PUT', `${P}/topics/jobs`, {});
-  await broker.api('PUT', `${P}/topics/follow-ups`, {});
-  await broker.api('PUT', `${P}/subscriptions/work`, { topic: JOBS, ackDeadlineSeconds: 10 });
-  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
+  const { clock, broker } = await jobsBroker(t, 'ack-and-publish-stale', { ackDeadlineSeconds: 10 });
   await broker.api('POST', `${P}/topics/jobs:publish`, { messages: [{ data: b64('a') }, { data: b64('b') }] });
   const [first, second] = await pullNow(broker, 'work');
   clock.advanceSeconds(5);
@@ -204,16 +208,10 @@ t.test('an ack ID that is not current publishes nothing and says which failed', 
 });
 
 t.test('on an ordered exactly-once subscription, acks out of order publish nothing', async (t) => {
-  const clock = new ManualClock();
-  const broker = await startBroker(t, { clock, name: 'ack-and-publish-order' });
-  await broker.api('PUT', `${P}/topics/jobs`, {});
-  await broker.api('PUT', `${P}/topics/follow-ups`, {});
-  await broker.api('PUT', `${P}/subscriptions/work`, {
-    topic: JOBS,
+  const { broker } = await jobsBroker(t, 'ack-and-publish-order', {
     enableMessageOrdering: true,
     enableExactlyOnceDelivery: true,
   });
-  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
   await broker.api('POST', `${P}/topics/jobs:publish`, {
     messages: ['k1', 'k2', 'k3'].map((text) => ({ data: b64(text), orderingKey: 'k' })),
   });
@@ -235,16 +233,10 @@ t.test('on an ordered exactly-once subscription, acks out of order publish nothi
 });
 
 t.test('processing the same messages again publishes nothing twice', async (t) => {
-  const clock = new ManualClock();
-  const broker = await startBroker(t, { clock, name: 'ack-and-publish-again' });
-  await broker.api('PUT', `${P}/topics/jobs`, {});
-  await broker.api('PUT', `${P}/topics/follow-ups`, {});
-  await broker.api('PUT', `${P}/subscriptions/work`, {
-    topic: JOBS,
+  const { clock, broker } = await jobsBroker(t, 'ack-and-publish-again', {
     ackDeadlineSeconds: 10,
     retainAckedMessages: true,
   });
-  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
   await broker.api('POST', `${P}/topics/jobs:publish`, { messages: [{ data: b64('job') }] });
   const call = (ackId: string) =>
     ackAndPublish(broker, 'work', {
@@ -272,12 +264,7 @@ t.test('processing the same messages again publishes nothing twice', async (t) =
 });
 
 t.test('bad requests change nothing', async (t) => {
-  const clock = new ManualClock();
-  const broker = await startBroker(t, { clock, name: 'ack-and-publish-bad' });
-  await broker.api('PUT', `${P}/topics/jobs`, {});
-  await broker.api('PUT', `${P}/topics/follow-ups`, {});
-  await broker.api('PUT', `${P}/subscriptions/work`, { topic: JOBS, ackDeadlineSeconds: 10 });
-  await broker.api('PUT', `${P}/subscriptions/done`, { topic: FOLLOW_UPS });
+  const { clock, broker } = await jobsBroker(t, 'ack-and-publish-bad', { ackDeadlineSeconds: 10 });
   await broker.api('POST', `${P}/topics/jobs:publish`, { messages: [{ data: b64('job') }] });
   const [lease] = await pullNow(broker, 'work');
   const cases: [string, unknown, number, RegExp][] = [
