@@ -36,6 +36,7 @@ import {
   cleanup,
   cleanupSync,
   buildBrokerBundle,
+  compactAof,
   onCleanup,
   sampleRss,
   startBroker,
@@ -311,6 +312,8 @@ async function main(): Promise<void> {
         ...Object.entries(on.redis).map(([name, server]) => ({ kind: 'redis' as const, name, pid: server.pid })),
       ];
       const admins = Object.values(on.redis).map((server) => server.admin);
+      // The append-only file is rewritten between phases (compactAof).
+      await Promise.all(admins.map(compactAof));
       if (config.quietWaitMs > 0) {
         const waitStarted = Date.now();
         const share = await waitForQuiet(config.quietWaitMs, ownCpu);
