@@ -9,7 +9,7 @@
   KEYS[6]    keyed ZSET
   KEYS[7]    keyed deliveries (HASH seq -> keyed delivery "gen|state|key", see split_keyed_delivery in prelude.lua)
   KEYS[8]    key states (HASH key -> "q" | "q<seq>" | outstanding count, "-<count>" when those
-             are all of the key's messages)
+             are all of the key's messages; see busy_count in prelude.lua)
   KEYS[9]    holds (HASH block -> held flags; see mark_holds in prelude.lua)
   KEYS[10]   hold blocks (ZSET block -> block)
   ARGV[1]    time override in microseconds, or ''
@@ -54,12 +54,15 @@ in_chunks(ARGV, 4, function(members)
   if #ending == 0 then return end
   local infos = redis.call('HMGET', deliveries_key, unpack(ending_seqs))
 
-  -- Keys of the deliveries that may end, and (exactly-once) the front of each key's range.
-  local key_of, wanted = {}, {}
+  -- Keys of the deliveries that may end (sole[j]: the key's only message, its state 'q<seq>'),
+  -- and (exactly-once) the front of each key's range.
+  local key_of, sole, wanted = {}, {}, {}
   for j = 1, #ending do
-    local key = infos[j] and select(3, split_keyed_delivery(infos[j]))
-    key_of[j] = key
-    if key and exactly_once then wanted[key] = (wanted[key] or 0) + 1 end
+    if infos[j] then
+      local _, state, key = split_keyed_delivery(infos[j])
+      key_of[j], sole[j] = key, state == 's'
+      if exactly_once then wanted[key] = (wanted[key] or 0) + 1 end
+    end
   end
   local front, next_front = {}, {}
   if exactly_once then
@@ -99,14 +102,18 @@ in_chunks(ARGV, 4, function(members)
   redis.call('HDEL', deliveries_key, unpack(ended_keyed_seqs))
   -- A key with nothing outstanding any more goes back to the ready list, in the order in which
   -- its last outstanding message was acknowledged, unless its state says they were all it had:
-  -- then it is idle, without a read of its range. The outstanding counts of all the keys are
-  -- read and written at once.
-  local keys = {}
+  -- then it is idle, without a read of its range. A key's only message says so itself ('s'):
+  -- its state is not read. The outstanding counts of the other keys are read and written at
+  -- once.
+  local keys, idle = {}, {}
   for j = 1, #ending do
-    if key_of[j] and last_ack_of_key[key_of[j]] == j then keys[#keys + 1] = key_of[j] end
+    local key = key_of[j]
+    if key and last_ack_of_key[key] == j then
+      if sole[j] then idle[#idle + 1] = key else keys[#keys + 1] = key end
+    end
   end
-  local states = redis.call('HMGET', key_states_key, unpack(keys))
-  local still_busy, idle, freed = {}, {}, {}
+  local states = #keys > 0 and redis.call('HMGET', key_states_key, unpack(keys)) or {}
+  local still_busy, freed = {}, {}
   for i, key in ipairs(keys) do
     -- A live lease keeps its key busy, so its state is a count (invariant 3 of SCHEMA.md); a
     -- queued key would have its marker already.

@@ -411,7 +411,8 @@ local function key_range(key)
   return '[' .. prefix, '(' .. prefix .. ';'
 end
 
--- A keyed delivery is "<gen>|o|<key>" (outstanding), "<gen>|w|<key>" (waiting to be delivered
+-- A keyed delivery is "<gen>|o|<key>" (outstanding), "<gen>|s|<key>" (outstanding, and the only
+-- message of its key, whose state names it: 'q<seq>'), "<gen>|w|<key>" (waiting to be delivered
 -- again) or "<gen>|f|<key>" (handed over to forward to the dead-letter topic), where <gen> may
 -- go on with "/<uncounted>" and "/<uncounted>/<due>": uncounted is how many of its deliveries
 -- were cut short by the cascade of an earlier message (they are no delivery attempts of its
@@ -425,6 +426,11 @@ local function split_keyed_delivery(info)
   return tonumber(gen), state, key, tonumber(uncounted), tonumber(due)
 end
 
+-- Whether a keyed delivery's state is a lease: 'o', or 's' (see split_keyed_delivery).
+local function is_outstanding(state)
+  return state == 'o' or state == 's'
+end
+
 local function keyed_delivery(gen, state, key, uncounted, due)
   local head = int_text(gen)
   if due then return head .. '/' .. int_text(uncounted) .. '/' .. string.format('%.0f', due) .. '|' .. state .. '|' .. key end
@@ -432,15 +438,26 @@ local function keyed_delivery(gen, state, key, uncounted, due)
   return head .. '|' .. state .. '|' .. key
 end
 
+-- The one message of a key in state 'q<seq>' (nil for any other state).
+local function only_seq(state)
+  if state and #state > 1 and string.byte(state, 1) == 113 --[[ 'q' ]] then return string.sub(state, 2) end
+  return nil
+end
+
 -- A key's state in `key-states` (invariant 3 of SCHEMA.md): absent (idle), 'q' (queued),
--- 'q<seq>' (queued, and seq is its only message), '<n>' (busy: n outstanding messages, or the
--- one being forwarded; more may wait behind them) or '-<n>' (busy: its n outstanding messages
--- are all it has, so their acknowledge leaves it idle without reading its range).
--- -> how many are outstanding and whether they are all it has; nil for a queued (or idle) key.
+-- 'q<seq>' (seq is its only message: queued, or outstanding when its keyed delivery says 's'),
+-- '<n>' (busy: n outstanding messages, or the one being forwarded; more may wait behind them) or
+-- '-<n>' (busy: its n outstanding messages are all it has, so their acknowledge leaves it idle
+-- without reading its range).
+-- -> how many are outstanding and whether they are all it has, for a key known to be busy (a
+-- 'q<seq>' one is then busy with its only message); nil for a queued (or idle) key.
 local function busy_count(state)
   if state == '-1' then return 1, true end -- the common state, without parsing a number
   local count = tonumber(state)
-  if not count then return nil, false end
+  if not count then
+    if only_seq(state) then return 1, true end
+    return nil, false
+  end
   if count < 0 then return -count, true end
   return count, false
 end
@@ -448,12 +465,6 @@ end
 local function busy_state(outstanding, all)
   if all and outstanding == 1 then return '-1' end -- the common state, without a concatenation
   return all and '-' .. int_text(outstanding) or int_text(outstanding)
-end
-
--- The one message of a key in state 'q<seq>' (nil for any other state).
-local function only_seq(state)
-  if state and #state > 1 and string.byte(state, 1) == 113 --[[ 'q' ]] then return string.sub(state, 2) end
-  return nil
 end
 
 -- The state of a queued key whose range begins with `members` (its first two members, or all
@@ -526,7 +537,7 @@ local function revoke_from(keys, key, seq, ended, now, policy)
     local info = redis.call('HGET', keys.deliveries, later_seq)
     if not info then break end
     local gen, state, _, uncounted = split_keyed_delivery(info)
-    if state ~= 'o' then break end
+    if not is_outstanding(state) then break end
     local lease = later_seq .. ':' .. gen
     local deadline = tonumber(redis.call('ZSCORE', keys.leased, lease)) or math.huge
     redis.call('ZREM', keys.leased, lease)

@@ -15,9 +15,9 @@
   KEYS[11..] per attached subscription, in the order the caller read them: its ready list, its
              keyed ZSET and its key states (the two used when ordered), its selections
              (HASH block -> taken flags, written for a filtered subscription while the topic
-             retains), and its holds and hold blocks (see mark_holds in prelude.lua); when the
-             publish schedules any message (s > 0), also its config (HASH retentionUs), its
-             delayed set and its keyed deliveries: nine keys each, else six
+             retains), its holds and hold blocks (see mark_holds in prelude.lua) and its keyed
+             deliveries (used when ordered); when the publish schedules any message (s > 0), also
+             its config (HASH retentionUs) and its delayed set: nine keys each, else seven
   ARGV[1]    time override in microseconds, or '' for Redis TIME
   ARGV[2]    the publish time (µs) the broker stamped into every body, from its reading of the
              one clock (PublishClock in src/broker/clock.ts); accepted from 10 s behind now to
@@ -120,7 +120,7 @@ if not stamp or stamp < now - STAMP_MAX_BEHIND_US or stamp > now + STAMP_MAX_AHE
 end
 
 -- The keys of subscription s: KEYS_PER_SUBSCRIPTION from sub_key(s, 1).
-local KEYS_PER_SUBSCRIPTION = scheduled_runs > 0 and 9 or 6
+local KEYS_PER_SUBSCRIPTION = scheduled_runs > 0 and 9 or 7
 local subscriptions = (#KEYS - 10) / KEYS_PER_SUBSCRIPTION
 local function sub_key(s, i) return KEYS[10 + KEYS_PER_SUBSCRIPTION * (s - 1) + i] end
 -- The topic's own retention keeps every message, taken or not; retainAckedMessages keeps those
@@ -154,7 +154,7 @@ for j = 1, scheduled_runs do
   if run[3] > now then ahead[#ahead + 1] = run end
 end
 for s = 1, scheduled_runs > 0 and subscriptions or 0 do
-  local retention = tonumber(redis.call('HGET', sub_key(s, 7), 'retentionUs') or '')
+  local retention = tonumber(redis.call('HGET', sub_key(s, 8), 'retentionUs') or '')
   local limit = retention and math.max(retention, topic_retention)
   for _, run in ipairs(retention and runs or {}) do
     if run[3] - stamp > limit then
@@ -402,8 +402,8 @@ local function hold_back(s, mine, keyed)
     end
     if run_first then wait_run(run_first, run_last, run_time) end
   end
-  if #held > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 9 or 8), unpack(held)) end
-  if in_runs > 0 then redis.call('HINCRBY', sub_key(s, 7), 'inRuns', in_runs) end
+  if #held > 0 then redis.call(keyed and 'HSET' or 'ZADD', sub_key(s, keyed and 7 or 9), unpack(held)) end
+  if in_runs > 0 then redis.call('HINCRBY', sub_key(s, 8), 'inRuns', in_runs) end
   return now_ready
 end
 
@@ -439,11 +439,23 @@ for s = 1, subscriptions do
       redis.call('RPUSH', ready_key, 'k:' .. ordering_key)
     else
       local state = redis.call('HGET', key_states_key, ordering_key)
-      local outstanding, all = busy_count(state)
-      if all then
-        redis.call('HSET', key_states_key, ordering_key, outstanding)
-      elseif only_seq(state) then
-        redis.call('HSET', key_states_key, ordering_key, 'q')
+      local only = only_seq(state)
+      if only then
+        -- Its only message is queued, or leased ('s'): then the key is busy with that one, which
+        -- is no longer all it has.
+        local deliveries_key = sub_key(s, 7)
+        local info = redis.call('HGET', deliveries_key, only)
+        local gen, delivery_state, _, uncounted, due
+        if info then gen, delivery_state, _, uncounted, due = split_keyed_delivery(info) end
+        if delivery_state == 's' then
+          redis.call('HSET', deliveries_key, only, keyed_delivery(gen, 'o', ordering_key, uncounted, due))
+          redis.call('HSET', key_states_key, ordering_key, 1)
+        else
+          redis.call('HSET', key_states_key, ordering_key, 'q')
+        end
+      else
+        local outstanding, all = busy_count(state)
+        if all then redis.call('HSET', key_states_key, ordering_key, outstanding) end
       end
     end
   elseif #mine > 0 then

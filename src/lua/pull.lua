@@ -12,8 +12,8 @@
   KEYS[3]    leases (ZSET "seq:gen" -> deadline in microseconds)
   KEYS[4]    prefix of the body block keys (see body_location; only sizes are read here)
   KEYS[5]    keyed ZSET (un-acked keyed messages, by key then seq; empty without ordering)
-  KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|w|key" | "gen|f|key"; empty
-             without ordering)
+  KEYS[6]    keyed deliveries (HASH seq -> "gen|o|key" | "gen|s|key" | "gen|w|key" | "gen|f|key";
+             empty without ordering)
   KEYS[7]    key states (HASH key -> "q" | "q<seq>" | outstanding count, "-<count>" when those
              are all of the key's messages; empty without ordering)
   KEYS[8]    delayed (ZSET ready-list entry -> when its retry backoff ends, or a message
@@ -158,8 +158,10 @@ end
 -- the first one still waiting out a backoff or for its delivery time: the `count` seqs from
 -- seqs[at] on are the first of its range (`whole`: all of it), infos[at], ... their keyed
 -- deliveries (read for the whole batch): they are distinct messages, so nothing read there
--- changes before it is used here.
-local function serve_key(key, count, whole, seqs, infos, at)
+-- changes before it is used here. `sole`: the key's state names its only message ('q<seq>');
+-- leased, that message says so ('s') and the state stays, so that its acknowledge leaves the key
+-- idle without reading the state, and this pull writes none.
+local function serve_key(key, count, whole, seqs, infos, at, sole)
   local outstanding, waits_until = 0, nil
   local gone, gone_seqs -- made only for a key with messages whose body is gone
   for i = at, at + count - 1 do
@@ -192,7 +194,7 @@ local function serve_key(key, count, whole, seqs, infos, at)
       break
     elseif size > 0 then
       delivered[#delivered + 1] = seq
-      delivered[#delivered + 1] = keyed_delivery(gen + 1, 'o', key, uncounted)
+      delivered[#delivered + 1] = keyed_delivery(gen + 1, sole and 's' or 'o', key, uncounted)
       lease(seq, gen + 1, size, attempts + 1)
       outstanding = outstanding + 1
     else
@@ -207,8 +209,10 @@ local function serve_key(key, count, whole, seqs, infos, at)
     for _, seq in ipairs(gone_seqs) do bodiless[#bodiless + 1] = seq end
   end
   if outstanding > 0 then
-    busy[#busy + 1] = key
-    busy[#busy + 1] = busy_state(outstanding, whole)
+    if not (sole and whole) then -- else a lease of its only message: the state stays 'q<seq>'
+      busy[#busy + 1] = key
+      busy[#busy + 1] = busy_state(outstanding, whole)
+    end
   else
     release_key(keys, key, false, waits_until)
   end
@@ -237,8 +241,9 @@ local function serve(entries)
       states[states_read] = state
     end
   end)
-  -- Entry i's key has count_of[i] seqs from seqs[first_of[i]] on (whole_of[i]: all of them).
-  local count_of, whole_of, seqs, first_of, seq_count = {}, {}, {}, {}, 0
+  -- Entry i's key has count_of[i] seqs from seqs[first_of[i]] on (whole_of[i]: all of them;
+  -- sole_of[i]: its state names the one).
+  local count_of, whole_of, sole_of, seqs, first_of, seq_count = {}, {}, {}, {}, {}, 0
   local wanted, taken, keyed_at = 0, #entries, 0
   for i = 1, #entries do
     if wanted >= remaining then
@@ -253,7 +258,7 @@ local function serve(entries)
       if only then
         seq_count = seq_count + 1
         seqs[seq_count] = only
-        count_of[i], whole_of[i] = 1, true
+        count_of[i], whole_of[i], sole_of[i] = 1, true, true
       else
         local min, max = key_range(key)
         local members = redis.call('ZRANGEBYLEX', keys.keyed, min, max, 'LIMIT', 0, remaining)
@@ -278,7 +283,7 @@ local function serve(entries)
       break
     end
     if key_of[i] then
-      serve_key(key_of[i], count_of[i], whole_of[i], seqs, infos, first_of[i])
+      serve_key(key_of[i], count_of[i], whole_of[i], seqs, infos, first_of[i], sole_of[i])
     else
       deliver_unkeyed(entries[i])
     end

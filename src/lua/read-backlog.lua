@@ -13,7 +13,7 @@
              "k:<key>" -> when due, µs)
   KEYS[5]    forwarding (ZSET "seq:gen" -> until when its forwarder's claim holds, µs)
   KEYS[6]    keyed ZSET (un-acked keyed messages, by key then seq)
-  KEYS[7]    keyed deliveries (HASH seq -> "<gen>|<o|w|f>|<key>", gen maybe with /uncounted/due)
+  KEYS[7]    keyed deliveries (HASH seq -> "<gen>|<o|s|w|f>|<key>", gen maybe with /uncounted/due)
   ARGV[1]    the streams to read, in this order, as letters (e.g. "rldfk")
   ARGV[2]    the stream to start in (one of ARGV[1]; '' for the first)
   ARGV[3]    the position in it to go on after: '' for its start; r: the entry last read; l,
@@ -223,7 +223,7 @@ local function read_keyed()
     else
       local gen, state, _, uncounted, due = split_keyed_delivery(info)
       local attempts = attempts_of(gen) - uncounted
-      if state == 'o' then
+      if is_outstanding(state) then
         item(member, '', seq, 'l', attempts, tonumber(redis.call('ZSCORE', leased_key, seq .. ':' .. gen)))
       elseif state == 'f' then
         item(member, '', seq, 'f', attempts, nil)

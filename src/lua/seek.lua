@@ -150,7 +150,7 @@ if ordered then
     held[seq] = gen
     if due and due > now and attempts_of(gen) == 0 then scheduled[seq] = due end
     -- A keyed lease the seek ends was cut short, as by a cascade.
-    uncounted[seq] = state == 'o' and cut_short + 1 or cut_short
+    uncounted[seq] = is_outstanding(state) and cut_short + 1 or cut_short
   end
 end
 redis.call('DEL', ready_key, leased_key, delayed_key, forwarding_key, keyed_key, deliveries_key, states_key, holds.flags, holds.blocks)

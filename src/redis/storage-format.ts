@@ -8,7 +8,11 @@ import { type TopicSettings, topicRetentionUs } from '../broker/topic-fields.ts'
 /**
  * The layout of the data plane in Redis (SCHEMA.md), recorded in the store itself. A broker must
  * not serve a store laid out by another version: it would misread it, and a message whose body it
- * cannot find is dropped as gone. Format 8 indexes when the janitor next looks at each retained
+ * cannot find is dropped as gone. Format 9 keeps the state `q<seq>` of an ordering key while
+ * its only message is leased, and marks that lease `s` in the key's keyed deliveries, so that
+ * the acknowledge leaves the key idle without reading its state: a broker of format 8 would read
+ * such a key as queued and leave a message published to it behind the lease undelivered. Format 8
+ * indexes when the janitor next looks at each retained
  * log (`log-expiries`) and counts what makes each topic incarnation retain (`log-retention`),
  * both kept by the record puts, where format 7 listed the incarnations in `retaining-topics` and
  * its janitor read every record at each pass, and the count of every control-plane put
@@ -33,27 +37,30 @@ import { type TopicSettings, topicRetentionUs } from '../broker/topic-fields.ts'
  * never recorded) a topic incarnation kept every body in one `messages` hash, and its last seq in
  * `state.seq`.
  */
-export const STORAGE_FORMAT = '8';
+export const STORAGE_FORMAT = '9';
 /**
  * Formats this broker reads as they are once every subscription's holds (before 6), the expiry
  * indexes (before 7) and the index of the retained logs (before 8) are written: claiming such a
- * store writes them, then records format 8 over it. The key states of format 7 (`q`, and counts
- * that may have messages behind them) are states format 8 has too, and are kept as they are.
+ * store writes them, then records format 9 over it. The key states of format 7 (`q`, and counts
+ * that may have messages behind them) and of format 8 (also `q<seq>` for a queued key and minus
+ * a count), and format 8's keyed deliveries, are states format 9 has too, and are kept as they
+ * are.
  */
 const WITHOUT_HOLDS = new Set(['2', '3', '4', '5']);
 const WITHOUT_EXPIRIES = new Set([...WITHOUT_HOLDS, '6']);
-const SUPERSEDED_FORMATS = new Set([...WITHOUT_EXPIRIES, '7']);
+const WITHOUT_LOG_INDEX = new Set([...WITHOUT_EXPIRIES, '7']);
+const SUPERSEDED_FORMATS = new Set([...WITHOUT_LOG_INDEX, '8']);
 
 /**
  * Claims an unrecorded store for this format, or says why this broker must not serve the store:
- * undefined when it may. A store of format 2 to 7 holds nothing format 8 reads otherwise, but
- * lacks the index of the retained logs, before format 7 the expiry indexes, and before format 6
- * the holds: the holds are written for every subscription (index-holds.lua, one script each),
- * every subscription and snapshot is indexed as due at once (the next expiration pass judges
- * each one and moves it to when it may expire), every retaining topic incarnation is counted and
- * its log indexed as due at once (indexRetainedLogs), again from the start if the broker stops
- * before it records the format; then the store is
- * claimed (and brokers of those formats refuse it from then on). A store with no recorded format is
+ * undefined when it may. A store of format 2 to 8 holds nothing format 9 reads otherwise, but
+ * before format 8 lacks the index of the retained logs, before format 7 the expiry indexes, and
+ * before format 6 the holds: the holds are written for every subscription (index-holds.lua, one
+ * script each), every subscription and snapshot is indexed as due at once (the next expiration
+ * pass judges each one and moves it to when it may expire), every retaining topic incarnation is
+ * counted and its log indexed as due at once (indexRetainedLogs), again from the start if the
+ * broker stops before it records the format; then the store is claimed (and brokers of those
+ * formats refuse it from then on). A store with no recorded format is
  * new, or was written by format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
  *   - with format-1 bodies (`messages` hashes) it is refused: they must be delivered by the
@@ -82,7 +89,7 @@ export async function claimStorageFormat(
       await indexAllAsDue(redis, keys.subscriptions, keys.subscriptionExpiries);
       await indexAllAsDue(redis, keys.snapshots, keys.snapshotExpiries);
     }
-    await indexRetainedLogs(redis, keys);
+    if (WITHOUT_LOG_INDEX.has(recorded)) await indexRetainedLogs(redis, keys);
     return recordFormat(redis, keys, 'XX');
   }
   if (recorded !== null) {

@@ -1,9 +1,9 @@
 // What a message of an ordered subscription costs Redis does not grow with how many keys share
 // the work (README.md, "Ordered delivery"): a pull and its acknowledge over keys holding one
 // message each run no Redis command per key (the key's state names its one message, so the pull
-// reads no range of it; the pull records that it leased all of the key's messages, so the
-// acknowledge reads none either), one body size per message, and write each structure once per
-// call, not once per key. Keys holding several messages cost the pull one range read each, and
+// reads no range of it and leaves the state as it is, marking the lease as the key's only
+// message, so the acknowledge reads neither range nor state), one body size per message, and
+// write each structure once per call, not once per key. Keys holding several messages cost the pull one range read each, and
 // their acknowledge none. A message published to a key while the key's messages are out puts a
 // range read back into that acknowledge, and is delivered next; when it is the key's only one,
 // its state names it again, so that pull reads no range of it (after a seek too). Counted, never
@@ -65,6 +65,36 @@ t.test('a pull and its acknowledge run a bounded number of commands per ordering
   // The rest is a few commands per call: each structure read and written once, however many keys.
   t.ok(total - KEYS <= 40, `no other command per key (${JSON.stringify(Object.fromEntries(commands))})`);
 });
+
+t.test(
+  "a key's only message: its state is read by the pull and deleted by the acknowledge, nothing else",
+  async (t) => {
+    const broker = await orderedBroker(t);
+    for (let key = 0; key < KEYS; key++) await publish(broker, key, [`${key}`]);
+
+    const pulled: any[] = [];
+    const pullCommands = await countScriptCommands(
+      t,
+      broker,
+      async () => {
+        pulled.push(...(await pull(broker)));
+      },
+      'name and structure',
+    );
+    const ackCommands = await countScriptCommands(
+      t,
+      broker,
+      () => acknowledge(t, broker, pulled),
+      'name and structure',
+    );
+    const onStates = (commands: Map<string, number>) =>
+      Object.fromEntries([...commands].filter(([command]) => command.endsWith(' key-states')));
+    t.equal(pulled.length, KEYS);
+    t.same(onStates(pullCommands), { 'HMGET key-states': 1 }, 'the pull reads the states, once, and writes none');
+    t.same(onStates(ackCommands), { 'HDEL key-states': 1 }, 'the acknowledge deletes them, once, and reads none');
+    t.same(await pull(broker), [], 'nothing is left');
+  },
+);
 
 t.test('keys with several messages: one range read each in the pull, none in the acknowledge', async (t) => {
   const broker = await orderedBroker(t);

@@ -105,6 +105,23 @@ for (const target of redisTargets()) {
     t.equal(await redis.get(seven.storageFormat), STORAGE_FORMAT, `recorded as format ${STORAGE_FORMAT}`);
     t.equal(await redis.zcard(seven.subscriptionExpiries), 0, 'its expiry indexes left as they are');
 
+    // Format 8 has the index of the retained logs already, and key states and keyed deliveries
+    // format 9 reads as they are.
+    const eight = new Keys(uniquePrefix('format-8'));
+    await redis.set(eight.storageFormat, '8');
+    await redis.hset(
+      eight.topics,
+      'projects/p/topics/kept',
+      JSON.stringify({ name: 'projects/p/topics/kept', uid: 'ef', messageRetentionDuration: '600s' }),
+    );
+    t.equal(await claimStorageFormat(redis, eight, scripts), undefined, 'a store of format 8 is claimed as it is');
+    t.equal(await redis.get(eight.storageFormat), STORAGE_FORMAT, `recorded as format ${STORAGE_FORMAT}`);
+    t.equal(
+      await redis.exists(eight.logRetention, eight.logExpiries),
+      0,
+      'its index of the retained logs left as it is',
+    );
+
     const other = new Keys(uniquePrefix('format-other'));
     await redis.set(other.storageFormat, '99');
     t.match(

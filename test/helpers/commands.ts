@@ -38,12 +38,15 @@ export function countCommands(redis: Redis | Cluster): CommandCount {
 
 /**
  * Every command the scripts of `broker` (on the standalone test server) ran during `work`, by
- * name: MONITOR shows every command a script runs, and only those naming the broker's keys count.
+ * name ("HMGET"), or by name and the structure of the first key it names, the last part of the
+ * key ("HMGET key-states"): MONITOR shows every command a script runs, and only those naming
+ * the broker's keys count.
  */
 export async function countScriptCommands(
   t: Test,
   broker: TestBroker,
   work: () => Promise<void>,
+  by: 'name' | 'name and structure' = 'name',
 ): Promise<Map<string, number>> {
   // MONITOR's lines, read off a plain socket ('+<time> [<db> lua] "<command>" "<arg>" ...').
   const commands = new Map<string, number>();
@@ -59,7 +62,8 @@ export async function countScriptCommands(
       if (line.includes(end)) ended = true;
       const command = / \[\d+ lua\] "([a-zA-Z]+)" "([^"]*)"/.exec(line);
       if (!command?.[2].startsWith(broker.prefix)) continue;
-      const name = command[1].toUpperCase();
+      const name =
+        by === 'name' ? command[1].toUpperCase() : `${command[1].toUpperCase()} ${command[2].split(':').pop()}`;
       commands.set(name, (commands.get(name) ?? 0) + 1);
     }
   });

@@ -353,14 +353,14 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'publish, bodies in the call, two subscriptions',
     reply: published,
-    moreKeys: 2 * 6, // six per attached subscription
+    moreKeys: 2 * 7, // seven per attached subscription
     moreArgv: 1 + 2, // no scheduled message (ARGV[13 + 2k]: 0), the bodies
     call: (scripts) => publish(scripts, data, publishCall(false, twoSubscriptions)),
   },
   {
     what: 'publish-batch: two publishes sent alike, two subscriptions',
     reply: [published, published],
-    moreKeys: 10 + 2 * 6, // publish.lua's KEYS, once: ten, and six per attached subscription
+    moreKeys: 10 + 2 * 7, // publish.lua's KEYS, once: ten, and seven per attached subscription
     // Per publish, its ARGV count and its 13 ARGV (no idempotency key, no scheduled message); the
     // bodies (2 each).
     moreArgv: 2 * (1 + 13) + 2 * 2,
@@ -377,7 +377,7 @@ const wrapperCases: WrapperCase[] = [
   {
     what: 'publish, staged bodies, two subscriptions',
     reply: published,
-    moreKeys: 2 * 6,
+    moreKeys: 2 * 7,
     moreArgv: 1, // no scheduled message
     call: (scripts) => publish(scripts, data, publishCall(true, twoSubscriptions)),
   },
@@ -431,13 +431,13 @@ const wrapperCases: WrapperCase[] = [
     what: 'acknowledge-and-publish, acknowledge-ordered and two publishes',
     reply: [codes.REPLY_OK, settled, published, published],
     // The steps' keys not among KEYS[1..4], each once: acknowledge-ordered's bodies prefix, refs,
-    // ready list, key states, holds and hold blocks, then publish's other eight and six per
+    // ready list, key states, holds and hold blocks, then publish's other eight and seven per
     // attached subscription.
-    moreKeys: 6 + 8 + 2 * 6,
+    moreKeys: 6 + 8 + 2 * 7,
     // The deliveries; the acknowledgement's script and step (its key count, 10 positions, its ARGV
-    // count, 3 + 2 ARGV, its body count); the publish count; each publish's step (key count, 22
+    // count, 3 + 2 ARGV, its body count); the publish count; each publish's step (key count, 24
     // positions, ARGV count, 13 ARGV, body count); the bodies (2 each).
-    moreArgv: members.length + 1 + (1 + 10 + 1 + 5 + 1) + 1 + 2 * (1 + 22 + 1 + 13 + 1) + 2 * 2,
+    moreArgv: members.length + 1 + (1 + 10 + 1 + 5 + 1) + 1 + 2 * (1 + 24 + 1 + 13 + 1) + 2 * 2,
     call: (scripts) =>
       acknowledgeAndPublish(scripts, data, sub, {
         time,

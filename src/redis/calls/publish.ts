@@ -104,8 +104,8 @@ export function publishKeys(data: TopicKeys, call: PublishCall): string[] {
   const scheduling = (call.scheduled?.length ?? 0) > 0;
   for (const { uid } of call.subscriptions) {
     const sub = data.subscription(uid);
-    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections, sub.holds, sub.holdBlocks);
-    if (scheduling) keys.push(sub.config, sub.delayed, sub.keyedDeliveries);
+    keys.push(sub.ready, sub.keyed, sub.keyStates, sub.selections, sub.holds, sub.holdBlocks, sub.keyedDeliveries);
+    if (scheduling) keys.push(sub.config, sub.delayed);
   }
   return keys;
 }
