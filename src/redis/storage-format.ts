@@ -12,8 +12,8 @@ import { type TopicSettings, topicRetentionUs } from '../broker/topic-fields.ts'
  * its only message is leased, and marks that lease `s` in the key's keyed deliveries, so that
  * the acknowledge leaves the key idle without reading its state: a broker of format 8 would read
  * such a key as queued and leave a message published to it behind the lease undelivered. Format 8
- * indexes when the janitor next looks at each retained
- * log (`log-expiries`) and counts what makes each topic incarnation retain (`log-retention`),
+ * indexes when the janitor next looks at each retained log (`log-expiries`) and counts what
+ * makes each topic incarnation retain (`log-retention`),
  * both kept by the record puts, where format 7 listed the incarnations in `retaining-topics` and
  * its janitor read every record at each pass, and the count of every control-plane put
  * (`control-changes`), by which the periodic sync tells that nothing changed: a broker of format 7
@@ -60,8 +60,8 @@ const SUPERSEDED_FORMATS = new Set([...WITHOUT_LOG_INDEX, '8']);
  * pass judges each one and moves it to when it may expire), every retaining topic incarnation is
  * counted and its log indexed as due at once (indexRetainedLogs), again from the start if the
  * broker stops before it records the format; then the store is claimed (and brokers of those
- * formats refuse it from then on). A store with no recorded format is
- * new, or was written by format 1:
+ * formats refuse it from then on). A store with no recorded format is new, or was written by
+ * format 1:
  *   - with no topic or subscription records it holds nothing to deliver, and is claimed;
  *   - with format-1 bodies (`messages` hashes) it is refused: they must be delivered by the
  *     version that wrote them;

@@ -3,11 +3,11 @@
 // message each run no Redis command per key (the key's state names its one message, so the pull
 // reads no range of it and leaves the state as it is, marking the lease as the key's only
 // message, so the acknowledge reads neither range nor state), one body size per message, and
-// write each structure once per call, not once per key. Keys holding several messages cost the pull one range read each, and
-// their acknowledge none. A message published to a key while the key's messages are out puts a
-// range read back into that acknowledge, and is delivered next; when it is the key's only one,
-// its state names it again, so that pull reads no range of it (after a seek too). Counted, never
-// timed (countScriptCommands).
+// write each structure once per call, not once per key. Keys holding several messages cost the
+// pull one range read each, and their acknowledge none. A message published to a key while the
+// key's messages are out puts a range read back into that acknowledge, and is delivered next;
+// when it is the key's only one, its state names it again, so that pull reads no range of it
+// (after a seek too). Counted, never timed (countScriptCommands).
 
 import t, { type Test } from 'tap';
 import { b64, startBroker, type TestBroker, unb64 } from '../helpers/app.ts';
